@@ -1,0 +1,56 @@
+# Flavor setup: decides how .cu files are compiled and what they link against.
+#
+# PA_CU_LANGUAGE  CXX (CPU flavor) or CUDA (GPU flavor); pa_cu_sources() applies it.
+
+set(PA_SOURCE_ROOT ${CMAKE_SOURCE_DIR})
+
+if(PA_GPU)
+  # sm_90a (wgmma/setmaxnreg need the "a" target) as machine code, plus compute_90
+  # PTX so other GPUs can JIT it. Override with -DCMAKE_CUDA_ARCHITECTURES=...
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual" CACHE STRING "CUDA architectures")
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+  set(PA_CU_LANGUAGE CUDA)
+  add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>
+                      $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  message(STATUS "paged-attention: GPU flavor, CUDA architectures ${CMAKE_CUDA_ARCHITECTURES}")
+else()
+  set(PA_CU_LANGUAGE CXX)
+  # The CPU runtime header must come before anything else: it defines the CUDA
+  # qualifiers, built-in variables and runtime API that the .cu files use.
+  add_compile_options("SHELL:-include ${PA_SOURCE_ROOT}/common/runtime/cpu_runtime.h"
+                      -Wno-unknown-pragmas)
+  message(STATUS "paged-attention: CPU flavor (kernels run on the course's CPU runtime)")
+endif()
+
+if(PA_ASAN)
+  add_compile_options(-fsanitize=address -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address)
+endif()
+
+# Mark .cu files so the CPU flavor compiles them as C++ with the host compiler.
+function(pa_cu_sources)
+  foreach(src IN LISTS ARGN)
+    if(src MATCHES "\\.cu$")
+      if(PA_GPU)
+        set_source_files_properties(${src} PROPERTIES LANGUAGE CUDA)
+      else()
+        set_source_files_properties(${src} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+      endif()
+    endif()
+  endforeach()
+endfunction()
+
+# Link a target against the flavor's runtime (the CPU runtime, or cudart).
+function(pa_link_runtime target)
+  if(PA_GPU)
+    target_link_libraries(${target} PUBLIC CUDA::cudart)
+    set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  else()
+    target_link_libraries(${target} PUBLIC pa_cpu_runtime)
+  endif()
+endfunction()

@@ -1,0 +1,43 @@
+// launch(kernel, grid, block, smem_bytes, stream, args...): the one way kernels
+// are started. On a GPU it is kernel<<<...>>> followed by a launch check; on the
+// CPU runtime it runs the grid to completion (each CUDA thread a fiber) and
+// rethrows any error the runtime detected (a divergent barrier, a deadlock, ...).
+// g++ cannot parse <<<>>>, so this function is what keeps one .cu source for both.
+#pragma once
+
+#include <utility>
+
+#include "check.h"
+#include "cuda_compat.cuh"
+
+namespace pa {
+
+template <class... KernelArgs, class... Args>
+void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+            cudaStream_t stream, Args&&... args) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;  // nothing to do; CUDA would reject it
+#if defined(__CUDACC__)
+  if (smem_bytes > 48 * 1024) {
+    PA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem_bytes)));
+  }
+  kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
+  PA_CHECK(cudaGetLastError());
+#else
+  cpucuda::launch_kernel(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
+#endif
+}
+
+// Dynamic shared memory as a typed pointer. `extern __shared__` cannot bind to a
+// per-block buffer on the CPU, so kernels ask for it through this function.
+template <class T>
+__device__ __forceinline__ T* dynamic_smem() {
+#if defined(__CUDACC__)
+  extern __shared__ __align__(16) unsigned char pa_dynamic_smem_[];
+  return reinterpret_cast<T*>(pa_dynamic_smem_);
+#else
+  return cpucuda::dynamic_shared<T>();
+#endif
+}
+
+}  // namespace pa
