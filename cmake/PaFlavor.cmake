@@ -15,6 +15,7 @@ if(PA_GPU)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
   set(PA_CU_LANGUAGE CUDA)
+  add_compile_definitions(PA_GPU_BUILD=1)
   add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>
                       $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
   message(STATUS "paged-attention: GPU flavor, CUDA architectures ${CMAKE_CUDA_ARCHITECTURES}")

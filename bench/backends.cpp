@@ -1,0 +1,199 @@
+// backends: the course's main job. Runs every backend on the same batches and
+// prints one JSON line per (case, backend): its largest error against the fp64
+// oracle and, on a GPU, the median of event-timed runs with L2 flushed before
+// each. Then the KV-cache bytes-per-token table for Qwen3-8B.
+//
+//   backends [--case mixed|long|all] [--scale auto|cpu|full] [--reps N] [--out FILE]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/device_batch.h"
+#include "common/oracle.h"
+#include "common/problem.h"
+#include "common/stages.h"
+#include "common/timing.h"
+
+namespace {
+
+using namespace pa;
+
+struct Backend {
+  std::string name;
+  std::function<void(const Problem&, DeviceBatch&)> forward;
+};
+
+std::vector<Backend> all_backends() {
+  static stage01::Workspace ws01;
+  return {
+      {"01_reference_gather", [](const Problem& p, DeviceBatch& db) { stage01::forward(db.params(), p.meta, ws01); }},
+      {"02_fused_paged", [](const Problem&, DeviceBatch& db) { stage02::forward(db.params()); }},
+  };
+}
+
+struct CaseSpec {
+  std::string name;
+  std::string what;
+  std::vector<RequestShape> requests;
+};
+
+// Qwen3-8B attention shape. The CPU scale shrinks every context 8x so the job
+// finishes in minutes on two cores.
+std::vector<CaseSpec> make_cases(bool full) {
+  const int s = full ? 1 : 8;
+  std::vector<RequestShape> mixed = {{512 / s, 4096 / s}, {512 / s, 2048 / s}};  // two prefill chunks
+  for (int i = 0; i < 30; ++i) mixed.push_back({1, (1024 + 128 * i) / s});        // 30 decodes
+  return {
+      {"mixed", "2 prefill chunks + 30 decodes", mixed},
+      {"long", "decode, 4 requests x 32768 tokens", decode_requests(4, 32768 / s)},
+  };
+}
+
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  std::ostringstream o;
+  o.precision(6);
+  o << x;
+  return o.str();
+}
+
+void usage() {
+  std::cout << "usage: backends [--case mixed|long|all] [--scale auto|cpu|full] [--reps N] [--out FILE]\n"
+               "\n"
+               "Runs every attention backend on the same batches (Qwen3-8B attention shape: 32 query heads,\n"
+               "8 KV heads, head_dim 128, bf16, block size 16) and prints one JSON line per (case, backend):\n"
+               "  max_abs_error  largest |out - fp64 oracle| over all outputs\n"
+               "  ms             median of --reps event-timed runs, L2 flushed before each (null on the CPU)\n"
+               "  kv_gbps        KV bytes a read-once kernel needs / ms (null on the CPU)\n"
+               "Then the KV-cache bytes per token for Qwen3-8B (36 layers) by cache format.\n"
+               "--scale cpu shrinks contexts 8x (the default without a GPU); full uses real sizes.\n"
+               "Progress goes to stderr; --out also writes the JSON lines to FILE.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string which = "all", scale = "auto", out_path;
+  int reps = 10;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "backends: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      usage();
+      return 0;
+    } else if (a == "--case") {
+      which = value();
+    } else if (a == "--scale") {
+      scale = value();
+    } else if (a == "--reps") {
+      reps = std::max(1, std::stoi(value()));
+    } else if (a == "--out") {
+      out_path = value();
+    } else {
+      std::cerr << "backends: unknown option " << a << " (see --help)\n";
+      return 2;
+    }
+  }
+  if (which != "all" && which != "mixed" && which != "long") {
+    std::cerr << "backends: --case must be mixed, long or all\n";
+    return 2;
+  }
+#if defined(PA_GPU_BUILD)
+  constexpr bool gpu = true;
+#else
+  constexpr bool gpu = false;
+#endif
+  if (scale != "auto" && scale != "cpu" && scale != "full") {
+    std::cerr << "backends: --scale must be auto, cpu or full\n";
+    return 2;
+  }
+  const bool full = scale == "full" || (scale == "auto" && gpu);
+
+  try {
+    cudaDeviceProp prop{};
+    PA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::ofstream file;
+    if (!out_path.empty()) {
+      file.open(out_path);
+      if (!file) throw Error("backends: cannot write " + out_path);
+    }
+    auto emit = [&](const std::string& line) {
+      std::cout << line << "\n" << std::flush;
+      if (file) file << line << "\n";
+    };
+
+    // A buffer twice the L2 size, overwritten before each timed run, so every
+    // run reads K/V from HBM as a real decode step would.
+    DeviceBuffer<char> flush(gpu ? 2 * static_cast<size_t>(std::max(prop.l2CacheSize, 1)) : 1);
+
+    AttentionConfig cfg;  // Qwen3-8B defaults
+    for (const CaseSpec& c : make_cases(full)) {
+      if (which != "all" && which != c.name) continue;
+      std::cerr << "[backends] case " << c.name << " (" << c.what << (full ? "" : ", contexts / 8")
+                << "): building inputs and the fp64 oracle...\n";
+      const Problem p = make_problem(cfg, c.requests, {.seed = 2024});
+      const OracleResult want = reference_attention(p);
+      DeviceBatch db(p);
+      for (const Backend& b : all_backends()) {
+        std::cerr << "[backends]   " << b.name << "\n";
+        db.poison_outputs();
+        b.forward(p, db);
+        const double err = max_abs_error(db.out_host(), want.out);
+        double ms = NAN;
+        if (gpu) {
+          EventTimer timer;
+          std::vector<double> times;
+          b.forward(p, db);  // warm-up
+          for (int rep = 0; rep < reps; ++rep) {
+            flush.fill_bytes(rep & 0xFF);
+            timer.start();
+            b.forward(p, db);
+            times.push_back(timer.stop());
+          }
+          ms = median(times);
+        }
+        const double gbps = p.kv_bytes_read() / (ms * 1e-3) / 1e9;
+        std::ostringstream line;
+        line << "{\"case\":\"" << c.name << "\",\"backend\":\"" << b.name << "\",\"device\":\"" << prop.name
+             << "\",\"num_requests\":" << p.meta.num_requests() << ",\"num_tokens\":" << p.meta.num_tokens
+             << ",\"kv_bytes\":" << p.kv_bytes_read() << ",\"max_abs_error\":" << json_number(err)
+             << ",\"ms\":" << json_number(ms) << ",\"kv_gbps\":" << json_number(gbps) << "}";
+        emit(line.str());
+      }
+    }
+
+    // Bytes per cached token for Qwen3-8B: 36 layers x 8 KV heads x (K + V).
+    // bf16 stores 128 x 2 bytes per head row; 8-bit formats 128 codes plus one
+    // fp32 scale per (token, head).
+    struct Format {
+      const char* name;
+      int bytes_per_head_row;
+    };
+    for (const Format f : {Format{"bf16", 128 * 2}, Format{"int8", 128 + 4}, Format{"fp8_e4m3", 128 + 4}}) {
+      const long bytes = 36L * 8 * 2 * f.bytes_per_head_row;
+      std::ostringstream line;
+      line << "{\"table\":\"kv_bytes_per_token\",\"model\":\"Qwen3-8B\",\"layers\":36,\"kv_heads\":8,\"head_dim\":128,"
+           << "\"format\":\"" << f.name << "\",\"bytes_per_token\":" << bytes
+           << ",\"tokens_per_gb\":" << static_cast<long>(1e9 / bytes) << "}";
+      emit(line.str());
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "backends: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+// The data model: every tensor the kernels see, with its shape, in one place.
+//
+// A batch is flattened: the query tokens of all requests are concatenated, and
+// request r owns rows [query_start_loc[r], query_start_loc[r+1]). Its q_len
+// queries are the LAST q_len of its seq_len positions, so query i of request r
+// sits at position  q_pos = seq_len[r] - q_len[r] + i  and may attend to keys at
+// positions <= q_pos (causal by position). A decode is q_len = 1; a prefill chunk
+// is q_len < seq_len with q_len > 1; a full prompt is q_len = seq_len.
+// Rows [query_start_loc[R], num_tokens) are padding (e.g. a CUDA-graph batch
+// rounded up): they belong to no request and their output is exactly zero.
+//
+// K and V live in a paged cache: fixed-size blocks of block_size token slots.
+// Request r's position p is in physical block block_table[r][p / block_size], at
+// offset p % block_size. Slot s = block * block_size + offset.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__) || defined(PA_HOST_CUDA_HEADERS)
+#include <cuda_bf16.h>
+#endif
+
+namespace pa {
+
+using bf16 = __nv_bfloat16;
+
+// Batch metadata on the device, plus the host-side sizes a launcher needs.
+struct BatchView {
+  const int* query_start_loc;  // [num_requests + 1]  prefix sums of q_len, starts at 0
+  const int* seq_lens;         // [num_requests]      context length incl. this step's queries
+  const int* block_table;      // [num_requests, max_blocks_per_seq]  physical block ids
+  const int* slot_mapping;     // [num_tokens]        slot each new token's K/V is written to, -1 = none
+  int num_requests;
+  int num_tokens;              // rows of q/out, >= query_start_loc[num_requests]
+  int first_padding_row;       // query_start_loc[num_requests]; rows from here on are padding
+  int max_blocks_per_seq;      // row stride of block_table
+  int max_query_len;           // max over r of q_len (upper bound)
+  int max_seq_len;             // max over r of seq_len (upper bound)
+  bool decode_only;            // every q_len <= 1
+};
+
+// The paged KV cache (bf16 here; stage 05 adds 8-bit codes with scales).
+struct PagedKV {
+  bf16* k_cache;   // [num_blocks, block_size, num_kv_heads, head_dim]
+  bf16* v_cache;   // [num_blocks, block_size, num_kv_heads, head_dim]
+  int num_blocks;
+  int block_size;    // power of two, 1..256
+  int num_kv_heads;
+  int head_dim;      // 64, 128 or 256
+};
+
+// Everything an attention launcher receives, passed to kernels by value.
+struct AttentionParams {
+  const bf16* q;      // [num_tokens, num_q_heads, head_dim]
+  bf16* out;          // [num_tokens, num_q_heads, head_dim]
+  float* lse;         // [num_tokens, num_q_heads]  natural-log log-sum-exp of the scaled scores;
+                      //   -inf for padding rows; may be null when not wanted
+  PagedKV kv;
+  BatchView batch;
+  int num_q_heads;    // a multiple of kv.num_kv_heads; query head h uses KV head h / group
+  float softmax_scale;  // usually 1/sqrt(head_dim)
+  int window;         // sliding window in positions (key kept if q_pos - k_pos < window); 0 = none
+  const float* sinks;  // [num_q_heads] one sink logit per head, or null (stage 08)
+};
+
+}  // namespace pa

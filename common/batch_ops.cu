@@ -1,0 +1,52 @@
+#include "cuda_compat.cuh"
+#include "launch.cuh"
+#include "batch_ops.h"
+
+namespace pa {
+namespace {
+
+// One program per new token; its threads copy K and V rows of all KV heads as
+// 16-byte chunks (8 bf16), so the write is as coalesced as the read.
+__global__ void write_kv_kernel(PagedKV kv, const bf16* __restrict__ k_new,  // [num_tokens, Hkv, D]
+                                const bf16* __restrict__ v_new,              // [num_tokens, Hkv, D]
+                                const int* __restrict__ slot_mapping) {      // [num_tokens]
+  const int token = blockIdx.x;
+  const int slot = slot_mapping[token];
+  if (slot < 0) return;  // padding row: nothing to write
+  const int chunks = kv.num_kv_heads * kv.head_dim / 8;  // uint4 per row
+  const uint4* k_src = reinterpret_cast<const uint4*>(k_new + static_cast<size_t>(token) * kv.num_kv_heads * kv.head_dim);
+  const uint4* v_src = reinterpret_cast<const uint4*>(v_new + static_cast<size_t>(token) * kv.num_kv_heads * kv.head_dim);
+  uint4* k_dst = reinterpret_cast<uint4*>(kv.k_cache + static_cast<size_t>(slot) * kv.num_kv_heads * kv.head_dim);
+  uint4* v_dst = reinterpret_cast<uint4*>(kv.v_cache + static_cast<size_t>(slot) * kv.num_kv_heads * kv.head_dim);
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    k_dst[c] = k_src[c];
+    v_dst[c] = v_src[c];
+  }
+}
+
+// One program per padding row.
+__global__ void clear_rows_kernel(bf16* __restrict__ out,   // [num_tokens, Hq, D]
+                                  float* __restrict__ lse,  // [num_tokens, Hq] or null
+                                  int first_row, int row_elems, int num_q_heads) {
+  const size_t row = static_cast<size_t>(first_row) + blockIdx.x;
+  for (int e = threadIdx.x; e < row_elems; e += blockDim.x) out[row * row_elems + e] = __float2bfloat16(0.0f);
+  if (lse) {
+    for (int h = threadIdx.x; h < num_q_heads; h += blockDim.x) lse[row * num_q_heads + h] = -INFINITY;
+  }
+}
+
+}  // namespace
+
+void clear_padding_rows(const AttentionParams& p, cudaStream_t stream) {
+  const int rows = p.batch.num_tokens - p.batch.first_padding_row;
+  if (rows <= 0) return;
+  launch(clear_rows_kernel, dim3(rows), dim3(128), 0, stream, p.out, p.lse, p.batch.first_padding_row,
+         p.num_q_heads * p.kv.head_dim, p.num_q_heads);
+}
+
+void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
+              int num_tokens, cudaStream_t stream) {
+  launch(write_kv_kernel, dim3(num_tokens), dim3(128), 0, stream, kv, k_new, v_new, slot_mapping);
+}
+
+}  // namespace pa

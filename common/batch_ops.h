@@ -1,0 +1,19 @@
+// Batch-level device operations every backend shares: the cache write path,
+// and exact zeros for padding rows.
+#pragma once
+
+#include "attention_params.h"
+#include "check.h"
+
+namespace pa {
+
+// k_new, v_new: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens],
+// slot = block * block_size + offset, -1 = skip (padding rows).
+void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
+              int num_tokens, cudaStream_t stream = nullptr);
+
+// Rows [batch.first_padding_row, batch.num_tokens) belong to no request: out := 0,
+// lse := -inf. A no-op when there are none.
+void clear_padding_rows(const AttentionParams& p, cudaStream_t stream = nullptr);
+
+}  // namespace pa

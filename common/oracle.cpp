@@ -1,0 +1,92 @@
+#include "oracle.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+namespace pa {
+
+std::vector<float> logical_kv(const Problem& p, int r, bool values) {
+  const BatchMeta& m = p.meta;
+  const int Hkv = p.cfg.num_kv_heads, D = p.cfg.head_dim, bs = p.cfg.block_size;
+  const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
+  const auto& cache = values ? p.v_cache : p.k_cache;
+  const auto& fresh = values ? p.v_new : p.k_new;
+  const size_t row = static_cast<size_t>(Hkv) * D;
+  std::vector<float> kv(static_cast<size_t>(seq_len) * row);
+  for (int pos = 0; pos < seq_len; ++pos) {
+    const bf16* src;
+    if (pos < seq_len - q_len) {
+      const size_t slot = static_cast<size_t>(m.block_id(r, pos, bs)) * bs + pos % bs;
+      src = &cache[slot * row];
+    } else {
+      const size_t t = static_cast<size_t>(m.query_start_loc[r]) + (pos - (seq_len - q_len));
+      src = &fresh[t * row];
+    }
+    for (size_t e = 0; e < row; ++e) kv[pos * row + e] = __bfloat162float(src[e]);
+  }
+  return kv;
+}
+
+OracleResult reference_attention(const Problem& p) {
+  const BatchMeta& m = p.meta;
+  const AttentionConfig& c = p.cfg;
+  const int Hq = c.num_q_heads, Hkv = c.num_kv_heads, D = c.head_dim, group = c.group();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  OracleResult res;
+  res.out.assign(static_cast<size_t>(m.num_tokens) * Hq * D, 0.0);
+  res.lse.assign(static_cast<size_t>(m.num_tokens) * Hq, -std::numeric_limits<double>::infinity());
+
+  // One work item per request; items write disjoint rows, so threads need no
+  // locking. GPU-sized batches would take tens of seconds on one core.
+  const int R = m.num_requests();
+  auto work = [&](int r) {
+    const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
+    if (q_len == 0) return;
+    const std::vector<float> k = logical_kv(p, r, false), v = logical_kv(p, r, true);
+    std::vector<double> s;
+    for (int h = 0; h < Hq; ++h) {
+    const int kvh = h / group;
+    for (int i = 0; i < q_len; ++i) {
+      const int t = m.query_start_loc[r] + i;
+      const int q_pos = seq_len - q_len + i;
+      const int k_begin = c.window > 0 ? std::max(0, q_pos - c.window + 1) : 0;
+      const bf16* q = &p.q[(static_cast<size_t>(t) * Hq + h) * D];
+      s.assign(q_pos + 1 - k_begin, 0.0);
+      double mx = c.with_sinks ? static_cast<double>(p.sinks[h]) : -std::numeric_limits<double>::infinity();
+      for (int kp = k_begin; kp <= q_pos; ++kp) {
+        const float* kr = &k[(static_cast<size_t>(kp) * Hkv + kvh) * D];
+        double dot = 0.0;
+        for (int d = 0; d < D; ++d) dot += static_cast<double>(__bfloat162float(q[d])) * kr[d];
+        s[kp - k_begin] = dot * scale;
+        mx = std::max(mx, s[kp - k_begin]);
+      }
+      double denom = c.with_sinks ? std::exp(static_cast<double>(p.sinks[h]) - mx) : 0.0;
+      for (double& x : s) {
+        x = std::exp(x - mx);
+        denom += x;
+      }
+      double* o = &res.out[(static_cast<size_t>(t) * Hq + h) * D];
+      for (int kp = k_begin; kp <= q_pos; ++kp) {
+        const float* vr = &v[(static_cast<size_t>(kp) * Hkv + kvh) * D];
+        const double w = s[kp - k_begin] / denom;
+        for (int d = 0; d < D; ++d) o[d] += w * vr[d];
+      }
+      res.lse[static_cast<size_t>(t) * Hq + h] = mx + std::log(denom);
+    }
+    }
+  };
+  const int items = R;
+  const int num_threads = std::max(1, std::min<int>(items, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int w = 0; w < num_threads; ++w) {
+    pool.emplace_back([&, w] {
+      for (int item = w; item < items; item += num_threads) work(item);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return res;
+}
+
+}  // namespace pa

@@ -1,0 +1,224 @@
+#include "problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "check.h"
+
+namespace pa {
+
+namespace {
+
+bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+std::string req(int r) { return "request " + std::to_string(r) + ": "; }
+
+}  // namespace
+
+float AttentionConfig::softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+
+std::string AttentionConfig::describe() const {
+  std::ostringstream s;
+  s << "Hq=" << num_q_heads << " Hkv=" << num_kv_heads << " D=" << head_dim << " block=" << block_size;
+  if (window) s << " window=" << window;
+  if (with_sinks) s << " sinks";
+  return s.str();
+}
+
+void validate_config(const AttentionConfig& cfg) {
+  PA_REQUIRE(cfg.num_q_heads > 0 && cfg.num_kv_heads > 0,
+             "num_q_heads and num_kv_heads must be positive (got " + std::to_string(cfg.num_q_heads) +
+                 ", " + std::to_string(cfg.num_kv_heads) + ")");
+  PA_REQUIRE(cfg.num_q_heads % cfg.num_kv_heads == 0,
+             "num_q_heads (" + std::to_string(cfg.num_q_heads) + ") must be a multiple of num_kv_heads (" +
+                 std::to_string(cfg.num_kv_heads) + "): each KV head serves a whole group of query heads");
+  PA_REQUIRE(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256,
+             "head_dim " + std::to_string(cfg.head_dim) + " is not supported (64, 128 or 256)");
+  PA_REQUIRE(is_pow2(cfg.block_size) && cfg.block_size <= 256,
+             "block_size " + std::to_string(cfg.block_size) + " is not supported (a power of two, 1..256)");
+  PA_REQUIRE(cfg.window >= 0, "window must be >= 0 (0 = no window), got " + std::to_string(cfg.window));
+}
+
+void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
+  validate_config(cfg);
+  const int R = m.num_requests();
+  PA_REQUIRE(static_cast<int>(m.query_start_loc.size()) == R + 1,
+             "query_start_loc has " + std::to_string(m.query_start_loc.size()) + " entries; " +
+                 std::to_string(R) + " requests need " + std::to_string(R + 1));
+  PA_REQUIRE(m.query_start_loc[0] == 0, "query_start_loc[0] must be 0, got " + std::to_string(m.query_start_loc[0]));
+  PA_REQUIRE(m.max_blocks_per_seq >= 0, "max_blocks_per_seq must be >= 0");
+  PA_REQUIRE(m.block_table.size() == static_cast<size_t>(R) * m.max_blocks_per_seq,
+             "block_table has " + std::to_string(m.block_table.size()) + " entries; expected num_requests x " +
+                 "max_blocks_per_seq = " + std::to_string(static_cast<size_t>(R) * m.max_blocks_per_seq));
+  PA_REQUIRE(static_cast<int>(m.slot_mapping.size()) == m.num_tokens,
+             "slot_mapping has " + std::to_string(m.slot_mapping.size()) + " entries for " +
+                 std::to_string(m.num_tokens) + " tokens");
+  for (int r = 0; r < R; ++r) {
+    const int q_len = m.q_len(r);
+    const int seq_len = m.seq_lens[r];
+    PA_REQUIRE(q_len >= 0, req(r) + "negative query length " + std::to_string(q_len) +
+                               " (query_start_loc must not decrease)");
+    PA_REQUIRE(seq_len >= 0, req(r) + "negative seq_len " + std::to_string(seq_len));
+    PA_REQUIRE(seq_len >= q_len, req(r) + "seq_len " + std::to_string(seq_len) + " < query length " +
+                                     std::to_string(q_len) +
+                                     ": its queries must be the last q_len of its seq_len positions");
+    PA_REQUIRE(q_len <= m.max_query_len, req(r) + "query length " + std::to_string(q_len) +
+                                             " exceeds max_query_len " + std::to_string(m.max_query_len));
+    PA_REQUIRE(seq_len <= m.max_seq_len, req(r) + "seq_len " + std::to_string(seq_len) +
+                                             " exceeds max_seq_len " + std::to_string(m.max_seq_len));
+    PA_REQUIRE(!m.decode_only || q_len <= 1,
+               req(r) + "decode_only is set but the request has " + std::to_string(q_len) + " queries");
+    const int blocks_needed = (seq_len + cfg.block_size - 1) / cfg.block_size;
+    PA_REQUIRE(blocks_needed <= m.max_blocks_per_seq,
+               req(r) + "block table too short: seq_len " + std::to_string(seq_len) + " needs " +
+                   std::to_string(blocks_needed) + " blocks of " + std::to_string(cfg.block_size) +
+                   ", the table row has " + std::to_string(m.max_blocks_per_seq));
+    for (int b = 0; b < blocks_needed; ++b) {
+      const int id = m.block_table[static_cast<size_t>(r) * m.max_blocks_per_seq + b];
+      PA_REQUIRE(id >= 0 && id < num_blocks, req(r) + "block_table[" + std::to_string(r) + "][" +
+                                                 std::to_string(b) + "] = " + std::to_string(id) +
+                                                 " is out of range [0, " + std::to_string(num_blocks) + ")");
+    }
+    for (int i = 0; i < q_len; ++i) {
+      const int t = m.query_start_loc[r] + i;
+      PA_REQUIRE(t < m.num_tokens, req(r) + "query rows run past num_tokens " + std::to_string(m.num_tokens));
+      const int pos = seq_len - q_len + i;
+      const int want = m.block_id(r, pos, cfg.block_size) * cfg.block_size + pos % cfg.block_size;
+      PA_REQUIRE(m.slot_mapping[t] == want,
+                 req(r) + "slot_mapping[" + std::to_string(t) + "] = " + std::to_string(m.slot_mapping[t]) +
+                     " disagrees with the block table, which puts position " + std::to_string(pos) +
+                     " in slot " + std::to_string(want));
+    }
+  }
+  PA_REQUIRE(m.query_start_loc[R] <= m.num_tokens,
+             "query_start_loc[" + std::to_string(R) + "] = " + std::to_string(m.query_start_loc[R]) +
+                 " exceeds num_tokens " + std::to_string(m.num_tokens));
+  for (int t = m.query_start_loc[R]; t < m.num_tokens; ++t) {
+    PA_REQUIRE(m.slot_mapping[t] == -1, "padding row " + std::to_string(t) + " has slot_mapping " +
+                                            std::to_string(m.slot_mapping[t]) + "; padding rows must use -1");
+  }
+}
+
+size_t Problem::kv_token_bytes() const {
+  return 2ull * cfg.num_kv_heads * cfg.head_dim * sizeof(bf16);
+}
+
+size_t Problem::kv_bytes_read() const {
+  size_t tokens = 0;
+  for (int s : meta.seq_lens) tokens += static_cast<size_t>(s);
+  return tokens * kv_token_bytes();
+}
+
+Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>& requests,
+                     const BuildOptions& opt) {
+  validate_config(cfg);
+  Problem p;
+  p.cfg = cfg;
+  BatchMeta& m = p.meta;
+  const int R = static_cast<int>(requests.size());
+  const int bs = cfg.block_size;
+  std::mt19937_64 gen(opt.seed);
+
+  m.query_start_loc.assign(R + 1, 0);
+  int blocks_needed_total = 0, max_blocks = 0;
+  m.decode_only = true;
+  for (int r = 0; r < R; ++r) {
+    const RequestShape s = requests[r];
+    PA_REQUIRE(s.q_len >= 0 && s.seq_len >= s.q_len, "make_problem: bad request shape");
+    m.query_start_loc[r + 1] = m.query_start_loc[r] + s.q_len;
+    m.seq_lens.push_back(s.seq_len);
+    m.max_query_len = std::max(m.max_query_len, s.q_len);
+    m.max_seq_len = std::max(m.max_seq_len, s.seq_len);
+    m.decode_only = m.decode_only && s.q_len <= 1;
+    const int nb = (s.seq_len + bs - 1) / bs;
+    blocks_needed_total += nb;
+    max_blocks = std::max(max_blocks, nb);
+  }
+  m.num_tokens = m.query_start_loc[R] + opt.padding_rows;
+  // One spare column, so every row has at least one padding entry that points at
+  // a NaN-filled spare block: a kernel that reads past seq_len reads NaN.
+  m.max_blocks_per_seq = max_blocks + 1;
+  const int spare_blocks = 2 + blocks_needed_total / 8;
+  p.num_blocks = blocks_needed_total + spare_blocks;
+
+  std::vector<int> ids(p.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  if (opt.shuffle_blocks) std::shuffle(ids.begin(), ids.end(), gen);
+  m.block_table.assign(static_cast<size_t>(R) * m.max_blocks_per_seq, 0);
+  int next = 0;
+  for (int r = 0; r < R; ++r) {
+    const int nb = (m.seq_lens[r] + bs - 1) / bs;
+    for (int b = 0; b < m.max_blocks_per_seq; ++b) {
+      const int spare = ids[blocks_needed_total + (r + b) % spare_blocks];
+      m.block_table[static_cast<size_t>(r) * m.max_blocks_per_seq + b] = b < nb ? ids[next++] : spare;
+    }
+  }
+  m.slot_mapping.assign(m.num_tokens, -1);
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < m.q_len(r); ++i) {
+      const int pos = m.seq_lens[r] - m.q_len(r) + i;
+      m.slot_mapping[m.query_start_loc[r] + i] = m.block_id(r, pos, bs) * bs + pos % bs;
+    }
+  }
+
+  const int D = cfg.head_dim, Hq = cfg.num_q_heads, Hkv = cfg.num_kv_heads;
+  const size_t cache_elems = static_cast<size_t>(p.num_blocks) * bs * Hkv * D;
+  if (!opt.fill_values) return p;
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto rnd = [&] { return __float2bfloat16(normal(gen)); };
+  p.q.resize(static_cast<size_t>(m.num_tokens) * Hq * D);
+  for (auto& x : p.q) x = rnd();
+  p.k_new.resize(static_cast<size_t>(m.num_tokens) * Hkv * D);
+  p.v_new.resize(p.k_new.size());
+  for (size_t i = 0; i < p.k_new.size(); ++i) {
+    p.k_new[i] = rnd();
+    p.v_new[i] = rnd();
+  }
+  const bf16 nan = __float2bfloat16(NAN);
+  p.k_cache.assign(cache_elems, nan);
+  p.v_cache.assign(cache_elems, nan);
+  // History: positions before this step's queries were written by earlier steps.
+  for (int r = 0; r < R; ++r) {
+    for (int pos = 0; pos < m.seq_lens[r] - m.q_len(r); ++pos) {
+      const size_t slot = static_cast<size_t>(m.block_id(r, pos, bs)) * bs + pos % bs;
+      for (size_t e = 0; e < static_cast<size_t>(Hkv) * D; ++e) {
+        p.k_cache[slot * Hkv * D + e] = rnd();
+        p.v_cache[slot * Hkv * D + e] = rnd();
+      }
+    }
+  }
+  if (cfg.with_sinks) {
+    p.sinks.resize(Hq);
+    for (auto& s : p.sinks) s = normal(gen);
+  }
+  return p;
+}
+
+std::vector<RequestShape> milestone_requests() {
+  return {{16, 40}, {16, 16}, {21, 21}, {1, 70}, {1, 130}};
+}
+
+std::vector<RequestShape> decode_requests(int num_requests, int context_len) {
+  return std::vector<RequestShape>(num_requests, RequestShape{1, context_len});
+}
+
+std::vector<RequestShape> random_mixed_requests(uint64_t seed, int num_requests, int max_seq_len) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int> kind(0, 3), len(1, max_seq_len);
+  std::vector<RequestShape> out;
+  for (int r = 0; r < num_requests; ++r) {
+    const int seq = len(gen);
+    switch (kind(gen)) {
+      case 0: out.push_back({seq, seq}); break;                          // full prompt
+      case 1: out.push_back({1 + seq / 3, seq}); break;                  // prefill chunk
+      default: out.push_back({1, seq}); break;                           // decode
+    }
+  }
+  return out;
+}
+
+}  // namespace pa

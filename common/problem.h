@@ -1,0 +1,96 @@
+// Host-side inputs: the attention configuration, batch metadata with its
+// validation, and the builders that make test and benchmark batches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention_params.h"
+
+namespace pa {
+
+// Model shape and kernel options shared by every request of a batch.
+struct AttentionConfig {
+  int num_q_heads = 32;   // Qwen3-8B: 32 query heads
+  int num_kv_heads = 8;   //           8 KV heads (group of 4)
+  int head_dim = 128;
+  int block_size = 16;    // tokens per KV-cache block
+  int window = 0;         // sliding window in positions, 0 = none
+  bool with_sinks = false;  // one learned sink logit per query head
+
+  int group() const { return num_q_heads / num_kv_heads; }
+  float softmax_scale() const;
+  std::string describe() const;
+};
+
+// Batch metadata, host copy. Shapes as in attention_params.h.
+struct BatchMeta {
+  std::vector<int> query_start_loc;  // [R + 1]
+  std::vector<int> seq_lens;         // [R]
+  std::vector<int> block_table;      // [R, max_blocks_per_seq]
+  std::vector<int> slot_mapping;     // [num_tokens], -1 for padding rows
+  int num_tokens = 0;
+  int max_blocks_per_seq = 0;
+  int max_query_len = 0;
+  int max_seq_len = 0;
+  bool decode_only = false;
+
+  int num_requests() const { return static_cast<int>(seq_lens.size()); }
+  int q_len(int r) const { return query_start_loc[r + 1] - query_start_loc[r]; }
+  int block_id(int r, int pos, int block_size) const {
+    return block_table[static_cast<size_t>(r) * max_blocks_per_seq + pos / block_size];
+  }
+};
+
+// Throws pa::Error with a message that names the request and the broken rule
+// (negative lengths, seq_len < q_len, a block table too short for seq_len, block
+// ids out of range, slot_mapping that disagrees with the block table, maxima
+// smaller than the data, Hq % Hkv != 0, unsupported head_dim or block_size).
+void validate(const BatchMeta& meta, const AttentionConfig& cfg, int num_blocks);
+void validate_config(const AttentionConfig& cfg);
+
+// A complete input on the host: metadata, queries, this step's new K/V, and the
+// cache as it was before this step (history written, every other slot NaN so a
+// stray read poisons the output).
+struct Problem {
+  AttentionConfig cfg;
+  BatchMeta meta;
+  int num_blocks = 0;
+  std::vector<bf16> q;        // [num_tokens, num_q_heads, head_dim]
+  std::vector<bf16> k_new;    // [num_tokens, num_kv_heads, head_dim]  written through slot_mapping
+  std::vector<bf16> v_new;    // [num_tokens, num_kv_heads, head_dim]
+  std::vector<bf16> k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<bf16> v_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<float> sinks;   // [num_q_heads] when cfg.with_sinks, else empty
+
+  size_t kv_token_bytes() const;  // bytes of K+V for one token of one layer
+  size_t kv_bytes_read() const;   // K/V bytes a read-once kernel must load (sum of seq_lens)
+};
+
+// One request: (q_len, seq_len). q_len == seq_len is a full prompt, 1 a decode.
+struct RequestShape {
+  int q_len;
+  int seq_len;
+};
+
+struct BuildOptions {
+  uint64_t seed = 1;
+  int padding_rows = 0;      // extra rows after the last request (exact-zero outputs)
+  bool shuffle_blocks = true;  // block tables are a random permutation, never the identity
+  bool fill_values = true;   // false: leave q/K/V unset (benchmarks fill on the device)
+};
+
+Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>& requests,
+                     const BuildOptions& opt = {});
+
+// The chapter's milestone batch: a mid-prefill chunk (16 queries at positions
+// 24..39), a full 16-token prompt, a 21-token prompt, decodes at 70 and 130.
+std::vector<RequestShape> milestone_requests();
+// R decodes at the same context length.
+std::vector<RequestShape> decode_requests(int num_requests, int context_len);
+// A reproducible mix of prefill chunks, full prompts and decodes.
+std::vector<RequestShape> random_mixed_requests(uint64_t seed, int num_requests, int max_seq_len);
+
+}  // namespace pa

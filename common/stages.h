@@ -1,0 +1,34 @@
+// The learner's contract: what each stage's launcher must do. The tests call
+// only these functions; steps/NN_name (skeleton) and solutions/NN_name both
+// implement them, and each test binary links one of the two.
+//
+// Every launcher: reads q and the paged cache described by `p`, writes out for
+// every row (padding rows exactly 0) and lse when p.lse is not null, and
+// throws pa::Error on what it cannot do, before any launch.
+#pragma once
+
+#include "attention_params.h"
+#include "check.h"
+#include "device_buffer.h"
+#include "problem.h"
+
+namespace pa {
+
+namespace stage01 {
+// The reference backend, slow in three countable ways: it copies each request's
+// blocks into contiguous K/V (`ws`), launches per request, and every query head
+// reads its KV head's keys and values on its own. Needs the host copy of the
+// metadata to loop over requests.
+struct Workspace {
+  DeviceBuffer<bf16> k, v;  // [max seq_len, num_kv_heads, head_dim] each
+};
+void forward(const AttentionParams& p, const BatchMeta& meta, Workspace& ws, cudaStream_t stream = nullptr);
+}  // namespace stage01
+
+namespace stage02 {
+// One launch for the whole flattened batch, K/V read through the block table,
+// online softmax, the key loop stopping at each tile's last query.
+void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
+}  // namespace stage02
+
+}  // namespace pa

@@ -1,0 +1,53 @@
+// Skeleton support: how an unfinished TODO reports itself.
+//
+// cmake/make_skeletons.py turns each marked solution block into the skeleton's
+// placeholder, which keeps the kernel safe to run (no out-of-bounds access, no
+// hang) and calls PA_TODO(n). In device code that sets bit n of a per-file flag;
+// the skeleton's launcher then calls PA_CHECK_TODOS("NN_name"), which reads the
+// flag back and throws pa::TodoError naming every TODO that ran unfinished.
+// Host code uses PA_TODO_HOST(n, "NN_name"), which throws at once.
+// Solutions contain neither call, so they pay nothing for this.
+#pragma once
+
+#include <string>
+
+#include "check.h"
+#include "cuda_compat.cuh"
+
+namespace pa {
+
+struct TodoError : Error {
+  using Error::Error;
+};
+
+inline std::string todo_message(const char* stage, unsigned bits) {
+  std::string msg = std::string("steps/") + stage + ": ";
+  bool first = true;
+  for (int n = 0; n < 32; ++n) {
+    if (!(bits & (1u << n))) continue;
+    msg += (first ? "TODO " : ", TODO ") + std::to_string(n);
+    first = false;
+  }
+  return msg + " not done yet (see steps/" + stage + "/README.md)";
+}
+
+}  // namespace pa
+
+// Each .cu file that includes this gets its own flag (static), read back by its launcher.
+[[maybe_unused]] static __device__ unsigned int pa_todo_bits_ = 0;
+
+#define PA_TODO(n) atomicOr(&pa_todo_bits_, 1u << (n))
+
+#define PA_TODO_HOST(n, stage) throw ::pa::TodoError(::pa::todo_message(stage, 1u << (n)))
+
+#define PA_CHECK_TODOS(stage)                                                      \
+  do {                                                                             \
+    unsigned int pa_bits_ = 0;                                                     \
+    PA_CHECK(cudaDeviceSynchronize());                                             \
+    PA_CHECK(cudaMemcpyFromSymbol(&pa_bits_, pa_todo_bits_, sizeof(pa_bits_)));    \
+    if (pa_bits_) {                                                                \
+      const unsigned int pa_zero_ = 0;                                             \
+      PA_CHECK(cudaMemcpyToSymbol(pa_todo_bits_, &pa_zero_, sizeof(pa_zero_)));    \
+      throw ::pa::TodoError(::pa::todo_message(stage, pa_bits_));                  \
+    }                                                                              \
+  } while (0)

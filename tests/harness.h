@@ -1,0 +1,125 @@
+// What every stage test shares: named cases, running a backend on a Problem,
+// and the comparison against the fp64 oracle with teaching failure messages.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/device_batch.h"
+#include "common/oracle.h"
+#include "common/problem.h"
+#include "common/stages.h"
+
+namespace pa::test {
+
+// True in the GPU flavor: tests add full-size cases there.
+#if defined(PA_GPU_BUILD)
+inline constexpr bool kGpuBuild = true;
+#else
+inline constexpr bool kGpuBuild = false;
+#endif
+
+struct Case {
+  std::string name;  // becomes the test name: say what is awkward about it
+  AttentionConfig cfg;
+  std::vector<RequestShape> requests;
+  BuildOptions opt{};
+};
+
+inline std::string case_name(const testing::TestParamInfo<Case>& info) { return info.param.name; }
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name << " (" << c.cfg.describe() << ")"; }
+
+inline AttentionConfig config(int num_q_heads, int num_kv_heads, int head_dim, int block_size) {
+  AttentionConfig c;
+  c.num_q_heads = num_q_heads;
+  c.num_kv_heads = num_kv_heads;
+  c.head_dim = head_dim;
+  c.block_size = block_size;
+  return c;
+}
+
+using Forward = std::function<void(const Problem&, DeviceBatch&)>;
+
+// Builds the case, runs `forward` once on poisoned (NaN) outputs and checks out
+// and lse against the oracle. Returns the downloaded output for further checks.
+inline std::vector<float> expect_matches_oracle(const Case& c, const Forward& forward, bool check_lse = true) {
+  const Problem p = make_problem(c.cfg, c.requests, c.opt);
+  DeviceBatch db(p);
+  forward(p, db);
+  const std::vector<float> out = db.out_host();
+  const OracleResult want = reference_attention(p);
+  const CheckResult r = check_rows(out, want.out, p.meta, c.cfg.num_q_heads, c.cfg.head_dim, Precision::bf16, "out");
+  EXPECT_TRUE(r.ok) << "case " << c.name << " (" << c.cfg.describe() << ")\n" << r.report;
+  if (check_lse) {
+    const CheckResult l = check_rows(db.lse_host(), want.lse, p.meta, c.cfg.num_q_heads, 1, Precision::fp32, "lse");
+    EXPECT_TRUE(l.ok) << "case " << c.name << " (" << c.cfg.describe() << ")\n" << l.report;
+  }
+  return out;
+}
+
+// Runs `forward` twice on the same input; the outputs must match bit for bit
+// (no races, no dependence on scheduling order).
+inline void expect_bit_identical_reruns(const Case& c, const Forward& forward) {
+  const Problem p = make_problem(c.cfg, c.requests, c.opt);
+  DeviceBatch db(p);
+  forward(p, db);
+  const std::vector<bf16> first = db.out.download();
+  const std::vector<float> first_lse = db.lse.download();
+  db.poison_outputs();
+  forward(p, db);
+  const std::vector<bf16> second = db.out.download();
+  const std::vector<float> second_lse = db.lse.download();
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(bf16)))
+      << "two runs on the same input gave different outputs: a race, or a read of memory nothing wrote";
+  EXPECT_EQ(0, std::memcmp(first_lse.data(), second_lse.data(), first_lse.size() * sizeof(float)))
+      << "two runs on the same input gave different lse values";
+}
+
+// Expects fn() to throw pa::Error whose message contains `needle`.
+template <class F>
+void expect_error(F&& fn, const std::string& needle) {
+  try {
+    fn();
+  } catch (const TodoError&) {
+    throw;  // an unfinished TODO is the message the learner needs, not ours
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "the error message should mention \"" << needle << "\"; it was:\n" << e.what();
+    return;
+  }
+  ADD_FAILURE() << "expected a pa::Error mentioning \"" << needle << "\", but nothing was thrown";
+}
+
+// The cases every attention stage faces (issue: milestone batch for groups 4,
+// 3 and 1, head_dim 64/128, block sizes 1/16/64, partly filled last block, NaN
+// in unused blocks (always: the builder fills them), padding rows, empty requests).
+inline std::vector<Case> basic_cases() {
+  std::vector<Case> cases = {
+      {"Milestone_Group4_D128_Block16", config(8, 2, 128, 16), milestone_requests()},
+      {"Milestone_Group3_D128_Block16", config(6, 2, 128, 16), milestone_requests()},
+      {"Milestone_MHA_D64_Block16", config(4, 4, 64, 16), milestone_requests()},
+      {"Milestone_Group4_D64_Block1", config(8, 2, 64, 1), milestone_requests()},
+      {"Milestone_Group4_D128_Block64", config(8, 2, 128, 64), milestone_requests()},
+      {"Milestone_Qwen3Shape", config(32, 8, 128, 16), milestone_requests()},
+      {"PartlyFilledLastBlock", config(8, 2, 64, 16), {{1, 33}, {3, 17}, {5, 5}}},
+      {"OneTokenContext", config(8, 2, 64, 16), {{1, 1}, {1, 2}}},
+      {"EmptyRequestsAndPaddingRows", config(8, 2, 64, 16), {{0, 0}, {1, 40}, {0, 0}, {2, 9}},
+       BuildOptions{.seed = 7, .padding_rows = 3}},
+      {"RandomMixed", config(8, 2, 128, 16), random_mixed_requests(11, 6, 150), BuildOptions{.seed = 11}},
+  };
+  if (kGpuBuild) {
+    // Full size on a GPU: the Qwen3-8B attention shape at real context lengths.
+    cases.push_back({"Gpu_Decode16x4096_Qwen3Shape", config(32, 8, 128, 16), decode_requests(16, 4096)});
+    cases.push_back({"Gpu_Mixed_Qwen3Shape", config(32, 8, 128, 16),
+                     random_mixed_requests(5, 12, 2048), BuildOptions{.seed = 5, .padding_rows = 4}});
+  }
+  return cases;
+}
+
+}  // namespace pa::test
