@@ -15,6 +15,22 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by a skeleton whose TODO blocks still hold placeholders (common/todo.cuh).
+struct TodoError : Error {
+  using Error::Error;
+};
+
+inline std::string todo_message(const char* stage, unsigned bits) {
+  std::string msg = std::string("steps/") + stage + ": ";
+  bool first = true;
+  for (int n = 0; n < 32; ++n) {
+    if (!(bits & (1u << n))) continue;
+    msg += (first ? "TODO " : ", TODO ") + std::to_string(n);
+    first = false;
+  }
+  return msg + " not done yet (see steps/" + stage + "/README.md)";
+}
+
 [[noreturn]] inline void fail_cuda(cudaError_t err, const char* expr, const char* file, int line) {
   throw Error(std::string("CUDA error: ") + cudaGetErrorString(err) + "\n  in: " + expr +
               "\n  at: " + file + ":" + std::to_string(line));

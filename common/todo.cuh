@@ -9,29 +9,9 @@
 // Solutions contain neither call, so they pay nothing for this.
 #pragma once
 
-#include <string>
-
 #include "check.h"
 #include "cuda_compat.cuh"
 
-namespace pa {
-
-struct TodoError : Error {
-  using Error::Error;
-};
-
-inline std::string todo_message(const char* stage, unsigned bits) {
-  std::string msg = std::string("steps/") + stage + ": ";
-  bool first = true;
-  for (int n = 0; n < 32; ++n) {
-    if (!(bits & (1u << n))) continue;
-    msg += (first ? "TODO " : ", TODO ") + std::to_string(n);
-    first = false;
-  }
-  return msg + " not done yet (see steps/" + stage + "/README.md)";
-}
-
-}  // namespace pa
 
 // Each .cu file that includes this gets its own flag (static), read back by its launcher.
 [[maybe_unused]] static __device__ unsigned int pa_todo_bits_ = 0;
