@@ -72,8 +72,10 @@
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
+// A GNU attribute, not alignas: CUDA code writes `__shared__ __align__(16) T x`,
+// and a standard attribute may not follow thread_local.
 #ifndef __align__
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 #endif
 
 #include <algorithm>

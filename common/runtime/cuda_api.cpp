@@ -1,0 +1,249 @@
+// The CUDA runtime API subset of the CPU runtime (declared in cpu_api.h).
+// Host memory plays device memory, and every call completes before it returns.
+#include "cpu_runtime.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point when;
+  bool recorded;
+};
+
+namespace {
+
+// Like CUDA's, the last error is per host thread; cudaGetLastError resets it.
+thread_local cudaError_t tl_last_error = cudaSuccess;
+
+cudaError_t record(cudaError_t err) {
+  if (err != cudaSuccess) tl_last_error = err;
+  return err;
+}
+
+void* aligned_bytes(size_t bytes) {
+  // 64-byte alignment: at least what cudaMalloc guarantees for vector loads
+  // (256 on a GPU, but 64 already covers float4 / cp.async 16-byte accesses).
+  const size_t rounded = ((bytes + 63) / 64) * 64;
+  return std::aligned_alloc(64, rounded);
+}
+
+cudaError_t alloc(void** ptr, size_t bytes) {
+  if (!ptr) return record(cudaErrorInvalidValue);
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  *ptr = aligned_bytes(bytes);
+  return *ptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+
+bool valid_kind(cudaMemcpyKind kind) { return kind >= cudaMemcpyHostToHost && kind <= cudaMemcpyDefault; }
+
+}  // namespace
+
+const char* cudaGetErrorName(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorUnknown: return "cudaErrorUnknown";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorUnknown: return "unknown error";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t err = tl_last_error;
+  tl_last_error = cudaSuccess;
+  return err;
+}
+cudaError_t cudaPeekAtLastError() { return tl_last_error; }
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) { return alloc(ptr, bytes); }
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return alloc(ptr, bytes); }
+cudaError_t cudaMallocManaged(void** ptr, size_t bytes, unsigned) { return alloc(ptr, bytes); }
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) { return alloc(ptr, bytes); }
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (!valid_kind(kind)) return record(cudaErrorInvalidMemcpyDirection);
+  if (bytes == 0) return cudaSuccess;
+  if (!dst || !src) return record(cudaErrorInvalidValue);
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                         cudaMemcpyKind kind) {
+  if (!valid_kind(kind)) return record(cudaErrorInvalidMemcpyDirection);
+  if (width > dpitch || width > spitch) return record(cudaErrorInvalidValue);
+  for (size_t r = 0; r < height; ++r) {
+    std::memmove(static_cast<unsigned char*>(dst) + r * dpitch, static_cast<const unsigned char*>(src) + r * spitch,
+                 width);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!dst) return record(cudaErrorInvalidValue);
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) { return cudaMemset(dst, value, bytes); }
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceReset() { return cudaSuccess; }
+cudaError_t cudaGetDevice(int* device) {
+  if (!device) return record(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : record(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return record(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (!prop) return record(cudaErrorInvalidValue);
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  const int workers = cpucuda::num_workers();
+  std::snprintf(prop->name, sizeof prop->name, "CPU runtime (%d workers)", workers);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  prop->totalGlobalMem = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  prop->sharedMemPerBlock = cpucuda::kSharedMemPerBlock;
+  prop->sharedMemPerBlockOptin = cpucuda::kSharedMemPerBlockOptin;
+  prop->sharedMemPerMultiprocessor = 228 * 1024;
+  prop->regsPerBlock = 65536;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = 1024;
+  prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = 65535;
+  prop->maxGridSize[2] = 65535;
+  prop->totalConstMem = 64 * 1024;
+  prop->major = 0;  // not a GPU: code that checks for sm_90 must not take the Hopper path
+  prop->minor = 0;
+  prop->multiProcessorCount = workers;
+  prop->l2CacheSize = 50 * 1024 * 1024;  // an H200's, so L2-flush sizes in benchmarks stay meaningful
+  prop->persistingL2CacheMaxSize = 0;
+  prop->maxThreadsPerMultiProcessor = 2048;
+  prop->memoryBusWidth = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value) return record(cudaErrorInvalidValue);
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  cudaDeviceProp p;
+  cudaGetDeviceProperties(&p, 0);
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
+    case cudaDevAttrWarpSize: *value = p.warpSize; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(p.sharedMemPerBlockOptin); break;
+    default: return record(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return record(cudaErrorInvalidValue);
+  const long avail = sysconf(_SC_AVPHYS_PAGES), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  *free_bytes = avail > 0 ? static_cast<size_t>(avail) * static_cast<size_t>(page) : 0;
+  *total_bytes = pages > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  if (!stream) return record(cudaErrorInvalidValue);
+  *stream = new CUstream_st{flags};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  if (!event) return record(cudaErrorInvalidValue);
+  *event = new CUevent_st{{}, false};
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (!event) return record(cudaErrorInvalidResourceHandle);
+  event->when = std::chrono::steady_clock::now();  // all work before it has finished: calls are synchronous
+  event->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) { return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms) return record(cudaErrorInvalidValue);
+  if (!start || !end) return record(cudaErrorInvalidResourceHandle);
+  if (!start->recorded || !end->recorded) return record(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}

@@ -1,0 +1,905 @@
+// The scheduler of the CPU runtime: CUDA threads as fibers, blocks on worker
+// threads, barriers, warp collectives and the tensor-core / cp.async emulation.
+//
+// Scheduling, in one paragraph: a worker runs one block at a time. Every CUDA
+// thread of the block is a fiber with its own stack. Fibers switch DIRECTLY to
+// the next ready fiber (one jump_fcontext, a few ns, no syscall, no allocation)
+// when they wait at a barrier or warp collective or return; the last fiber to
+// arrive at a barrier or collective does the work for everyone (releases them,
+// computes all lanes' shuffle/mma results) and keeps running without a switch.
+// Control returns to the worker's own context only when the block is finished,
+// failed, or deadlocked (no ready fiber while some have not returned).
+#include "cpu_runtime.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <boost/context/detail/fcontext.hpp>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define CPUCUDA_ASAN 1
+#else
+#define CPUCUDA_ASAN 0
+#endif
+
+namespace cpucuda {
+namespace fc = boost::context::detail;
+
+namespace detail {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxWarps = kMaxThreads / 32;
+constexpr int kMaxWarpGroups = 4;  // concurrent collectives of disjoint lane sets in one warp
+
+enum class State : uint8_t { kReady, kAtBarrier, kAtWarpOp, kDone };
+
+struct CopyOp {
+  void* dst;
+  unsigned char bytes[16];
+};
+
+struct Fiber : FiberInfo {
+  fc::fcontext_t ctx = nullptr;
+  unsigned char* stack_lo = nullptr;  // lowest usable byte, just above the guard page
+  size_t stack_size = 0;
+  State state = State::kReady;
+  uint32_t lane = 0;
+  uint32_t warp = 0;
+  // Where the fiber waits, for error reports.
+  const char* wait_what = nullptr;
+  const char* wait_file = nullptr;
+  int wait_line = 0;
+  // cp.async: copies issued and not yet retired (in issue order); group_ends[i]
+  // is the end index in `copies` of committed group i; groups before
+  // `retired_groups` have landed. Vectors keep their capacity across blocks.
+  std::vector<CopyOp> copies;
+  std::vector<size_t> group_ends;
+  size_t retired_groups = 0;
+  size_t retired_copies = 0;
+#if CPUCUDA_ASAN
+  void* fake_stack = nullptr;
+#endif
+};
+
+struct WarpGroup {
+  uint32_t mask;
+  uint32_t arrived;
+  int kind;
+  const char* what;
+  const char* file;
+  int line;
+};
+
+// What one lane hands to a warp collective; the last lane to arrive fills `out`.
+struct LaneSlot {
+  uint64_t in;
+  uint64_t out;
+  int arg;
+  const void* p0;
+  const void* p1;
+  const void* p2;
+  void* p_out;
+};
+
+struct Warp {
+  uint32_t valid;   // lanes that exist (a partial last warp has fewer)
+  uint32_t exited;  // lanes that returned from the kernel
+  uint32_t active_groups;
+  WarpGroup groups[kMaxWarpGroups];
+  LaneSlot slot[32];
+};
+
+struct Job {
+  Invoker invoke;
+  const void* params;
+  dim3 grid, block;
+  size_t smem_bytes;
+  uint64_t num_blocks;
+  bool reverse;
+  std::atomic<uint64_t> next_block{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  std::string error;
+};
+
+struct Worker {
+  std::unique_ptr<Fiber[]> fibers{new Fiber[kMaxThreads]};
+  Warp warps[kMaxWarps];
+  Fiber* queue[kMaxThreads];  // ring buffer of ready fibers; each fiber is in it at most once
+  uint32_t q_head = 0, q_count = 0;
+  fc::fcontext_t main_ctx = nullptr;
+  BlockInfo info{};
+  Job* job = nullptr;
+  uint32_t num_threads = 0;
+  uint32_t done_count = 0;
+  bool reverse = false;
+  // The barrier in progress.
+  uint32_t bar_arrived = 0;
+  const char* bar_file = nullptr;
+  int bar_line = 0;
+  int bar_acc = 0;
+  int bar_result = 0;
+  const Fiber* first_exited = nullptr;
+  // Set by a fiber that found an error, read by the worker's own context.
+  bool failed = false;
+  std::string error;
+  // Dynamic shared memory, grown on demand.
+  unsigned char* smem = nullptr;
+  size_t smem_capacity = 0;
+  size_t stack_bytes = 0;
+#if CPUCUDA_ASAN
+  void* main_fake_stack = nullptr;
+  const void* main_stack_bottom = nullptr;
+  size_t main_stack_size = 0;
+#endif
+  ~Worker() {
+    for (int i = 0; i < kMaxThreads; ++i) {
+      if (fibers[i].stack_lo) munmap(fibers[i].stack_lo - page_size(), fibers[i].stack_size + page_size());
+    }
+    std::free(smem);
+  }
+  static size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+};
+
+constinit thread_local Worker* tl_worker = nullptr;
+
+inline Fiber* current_fiber() { return const_cast<Fiber*>(static_cast<const Fiber*>(tl_fiber)); }
+
+size_t env_size(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  return (end && *end == '\0' && n > 0) ? static_cast<size_t>(n) : fallback;
+}
+
+std::string fmt3(unsigned x, unsigned y, unsigned z) {
+  return "(" + std::to_string(x) + "," + std::to_string(y) + "," + std::to_string(z) + ")";
+}
+
+std::string site(const char* file, int line) { return std::string(file) + ":" + std::to_string(line); }
+
+std::string who(const Worker& w, const Fiber* f) {
+  return "block " + fmt3(w.info.block_idx.x, w.info.block_idx.y, w.info.block_idx.z) + " thread " +
+         fmt3(f->thread_idx.x, f->thread_idx.y, f->thread_idx.z);
+}
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+bool same_site(const char* f1, int l1, const char* f2, int l2) {
+  return l1 == l2 && (f1 == f2 || std::strcmp(f1, f2) == 0);
+}
+
+// ---- switching
+
+inline void push_ready(Worker& w, Fiber* f) {
+  f->state = State::kReady;
+  w.queue[(w.q_head + w.q_count) % kMaxThreads] = f;
+  ++w.q_count;
+}
+
+inline Fiber* pop_ready(Worker& w) {
+  if (w.q_count == 0) return nullptr;
+  Fiber* f = w.queue[w.q_head];
+  w.q_head = (w.q_head + 1) % kMaxThreads;
+  --w.q_count;
+  return f;
+}
+
+// Leaves `self` for `to` (nullptr: the worker's own context). Returns when some
+// other fiber makes `self` ready again and picks it. `final` marks a fiber that
+// will never be resumed (it returned or failed), so ASan can drop its fake stack.
+inline void jump(Worker& w, Fiber* self, Fiber* to, bool final) {
+  tl_fiber = to;
+  fc::fcontext_t target = to ? to->ctx : w.main_ctx;
+#if CPUCUDA_ASAN
+  if (to) {
+    __sanitizer_start_switch_fiber(final ? nullptr : &self->fake_stack, to->stack_lo, to->stack_size);
+  } else {
+    __sanitizer_start_switch_fiber(final ? nullptr : &self->fake_stack, w.main_stack_bottom,
+                                   w.main_stack_size);
+  }
+#else
+  (void)final;
+#endif
+  fc::transfer_t t = fc::jump_fcontext(target, &self->ctx);
+  *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
+#if CPUCUDA_ASAN
+  __sanitizer_finish_switch_fiber(self->fake_stack, nullptr, nullptr);
+#endif
+  tl_fiber = self;
+}
+
+inline void switch_out(Worker& w, Fiber* self) { jump(w, self, pop_ready(w), false); }
+
+// Records the first error of the block. The message is built in its own
+// statement so that its temporaries are destroyed before the fiber is abandoned
+// (an abandoned fiber never runs its pending destructors: that would leak).
+void set_error(Worker& w, const Fiber* named, const std::string& message) {
+  w.failed = true;
+  w.error = who(w, named) + ": " + message;
+}
+
+// Leaves the failed fiber for good: the block stops, the worker's context
+// reports the error and takes no further blocks.
+[[noreturn]] void abandon(Worker& w, Fiber* self) {
+  jump(w, self, nullptr, true);
+  std::abort();  // unreachable: a failed fiber is never resumed
+}
+
+#define CPUCUDA_FAIL_AS(w, self, named, message) \
+  do {                                           \
+    set_error((w), (named), (message));          \
+    abandon((w), (self));                        \
+  } while (0)
+#define CPUCUDA_FAIL(w, self, message) CPUCUDA_FAIL_AS(w, self, self, message)
+
+// ---- fiber body
+
+void fiber_entry(fc::transfer_t t) {
+  *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
+#if CPUCUDA_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  bool threw = false;
+  try {
+    w.job->invoke(w.job->params);
+  } catch (const std::exception& e) {
+    threw = true;
+    w.error = std::string("exception thrown in the kernel: ") + e.what();
+  } catch (...) {
+    threw = true;
+    w.error = "exception of unknown type thrown in the kernel";
+  }
+  self = current_fiber();
+  if (threw) {
+    {
+      std::string what = std::move(w.error);
+      if (self->wait_file) what += " (after its last barrier or warp operation at " + site(self->wait_file, self->wait_line) + ")";
+      set_error(w, self, what);
+    }
+    abandon(w, self);
+  }
+
+  // The thread returned. Anyone still waiting for it can never be released.
+  self->state = State::kDone;
+  ++w.done_count;
+  if (w.bar_arrived > 0) {
+    CPUCUDA_FAIL(w, self,
+         "returned from the kernel while " + std::to_string(w.bar_arrived) +
+             " thread(s) of its block wait at __syncthreads (" + site(w.bar_file, w.bar_line) +
+             "); every thread of a block must reach every __syncthreads (an early return before a barrier?)");
+  }
+  Warp& wp = w.warps[self->warp];
+  const uint32_t bit = 1u << self->lane;
+  wp.exited |= bit;
+  for (int g = 0; g < kMaxWarpGroups; ++g) {
+    if ((wp.active_groups >> g & 1u) && (wp.groups[g].mask & bit)) {
+      CPUCUDA_FAIL(w, self,
+           "returned from the kernel while other lanes of its warp wait at " + std::string(wp.groups[g].what) +
+               " (" + site(wp.groups[g].file, wp.groups[g].line) + ") with mask " + hex(wp.groups[g].mask) +
+               ", which includes this lane (" + std::to_string(self->lane) + ")");
+    }
+  }
+  if (!w.first_exited) w.first_exited = self;
+  jump(w, self, pop_ready(w), true);
+  std::abort();  // unreachable
+}
+
+// ---- barriers
+
+int barrier(const char* file, int line, int pred) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  if (w.first_exited) {
+    CPUCUDA_FAIL(w, self,
+         "waits at __syncthreads (" + site(file, line) + ") but thread " +
+             fmt3(w.first_exited->thread_idx.x, w.first_exited->thread_idx.y, w.first_exited->thread_idx.z) +
+             " of its block has already returned from the kernel; every thread of a block must reach "
+             "every __syncthreads (an early return before a barrier?)");
+  }
+  if (w.bar_arrived == 0) {
+    w.bar_file = file;
+    w.bar_line = line;
+    w.bar_acc = 0;
+  } else if (!same_site(file, line, w.bar_file, w.bar_line)) {
+    CPUCUDA_FAIL(w, self,
+         "waits at __syncthreads (" + site(file, line) + ") while other threads of its block wait at a different "
+             "__syncthreads (" + site(w.bar_file, w.bar_line) +
+             "); all threads of a block must meet at the same barrier (a barrier inside divergent code?)");
+  }
+  w.bar_acc += pred;
+  if (++w.bar_arrived == w.num_threads) {
+    // Last to arrive: release everyone else and keep running (no switch).
+    w.bar_arrived = 0;
+    w.bar_result = w.bar_acc;
+    const uint32_t n = w.num_threads;
+    for (uint32_t i = 0; i < n; ++i) {
+      Fiber* f = &w.fibers[w.reverse ? n - 1 - i : i];
+      if (f != self) push_ready(w, f);
+    }
+    return w.bar_result;
+  }
+  self->state = State::kAtBarrier;
+  self->wait_what = "__syncthreads";
+  self->wait_file = file;
+  self->wait_line = line;
+  switch_out(w, self);
+  return w.bar_result;
+}
+
+// ---- warp collectives
+
+// Every lane of `mask` deposits its input in its slot, then calls this. The last
+// lane to arrive runs compute(warp, mask) for all of them. Returns the caller's slot.
+template <class Compute>
+LaneSlot& warp_collective(const char* what, int kind, uint32_t mask, const char* file, int line, Compute&& compute) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  Warp& wp = w.warps[self->warp];
+  const uint32_t bit = 1u << self->lane;
+  const uint32_t eff = mask & wp.valid;
+  if (!(eff & bit)) {
+    CPUCUDA_FAIL(w, self,
+         std::string(what) + " (" + site(file, line) + ") with mask " + hex(mask) +
+             ", which does not include the calling lane " + std::to_string(self->lane));
+  }
+  if (eff & wp.exited) {
+    const int lane = std::countr_zero(eff & wp.exited);
+    const Fiber& gone = w.fibers[self->warp * 32 + lane];
+    CPUCUDA_FAIL(w, self,
+         std::string(what) + " (" + site(file, line) + ") with mask " + hex(mask) + ", but lane " +
+             std::to_string(lane) + " (thread " + fmt3(gone.thread_idx.x, gone.thread_idx.y, gone.thread_idx.z) +
+             ") has already returned from the kernel");
+  }
+  WarpGroup* g = nullptr;
+  int free_group = -1;
+  for (int i = 0; i < kMaxWarpGroups; ++i) {
+    if (wp.active_groups >> i & 1u) {
+      if (wp.groups[i].mask & eff) {
+        g = &wp.groups[i];
+        break;
+      }
+    } else if (free_group < 0) {
+      free_group = i;
+    }
+  }
+  if (g) {
+    if (g->mask != eff || g->kind != kind || !same_site(file, line, g->file, g->line)) {
+      const int other = std::countr_zero(g->arrived);
+      CPUCUDA_FAIL(w, self,
+           std::string(what) + " (" + site(file, line) + ", mask " + hex(mask) + ") while lane " +
+               std::to_string(other) + " of its warp waits at " + g->what + " (" + site(g->file, g->line) +
+               ", mask " + hex(g->mask) +
+               "); the lanes of a mask must all reach the same warp operation (divergent warp operations?)");
+    }
+  } else {
+    if (free_group < 0) CPUCUDA_FAIL(w, self, std::string(what) + ": too many concurrent warp operations in one warp");
+    g = &wp.groups[free_group];
+    *g = WarpGroup{eff, 0u, kind, what, file, line};
+    wp.active_groups |= 1u << free_group;
+  }
+  g->arrived |= bit;
+  if (g->arrived == eff) {
+    compute(wp, eff);
+    wp.active_groups &= ~(1u << (g - wp.groups));
+    const uint32_t others = eff & ~bit;
+    for (int i = 0; i < 32; ++i) {
+      const int lane = w.reverse ? 31 - i : i;
+      if (others >> lane & 1u) push_ready(w, &w.fibers[self->warp * 32 + lane]);
+    }
+    return wp.slot[self->lane];
+  }
+  self->state = State::kAtWarpOp;
+  self->wait_what = what;
+  self->wait_file = file;
+  self->wait_line = line;
+  switch_out(w, self);
+  return w.warps[self->warp].slot[self->lane];
+}
+
+enum Kind : int { kSyncwarp = 10, kShfl = 11, kVote = 15, kMma = 20, kLdmatrix = 30 };
+
+}  // namespace
+
+// ---- public entry points of the header
+
+void syncthreads(const char* file, int line) { barrier(file, line, 0); }
+
+int syncthreads_reduce(const char* file, int line, int op, int pred) {
+  const int count = barrier(file, line, pred != 0 ? 1 : 0);
+  const int n = static_cast<int>(tl_worker->num_threads);
+  if (op == 0) return count;
+  if (op == 1) return count == n ? 1 : 0;
+  return count > 0 ? 1 : 0;
+}
+
+void syncwarp(const char* file, int line, unsigned mask) {
+  warp_collective("__syncwarp", kSyncwarp, mask, file, line, [](Warp&, uint32_t) {});
+}
+
+uint64_t shfl(const char* file, int line, int mode, unsigned mask, uint64_t bits, int b, int width) {
+  static const char* const names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync"};
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0) {
+    CPUCUDA_FAIL(w, self, std::string(names[mode]) + " (" + site(file, line) + ") with width " + std::to_string(width) +
+                      "; width must be a power of two from 1 to 32");
+  }
+  LaneSlot& mine = w.warps[self->warp].slot[self->lane];
+  mine.in = bits;
+  mine.arg = b;
+  const char* what = names[mode];
+  LaneSlot& out = warp_collective(what, kShfl + mode, mask, file, line, [&](Warp& wp, uint32_t eff) {
+    // The PTX shfl.sync rules: a lane reads lane j of its own segment of `width`
+    // lanes; a j outside the segment's allowed range returns the lane's own value.
+    for (uint32_t lanes = eff; lanes; lanes &= lanes - 1) {
+      const int l = std::countr_zero(lanes);
+      const int arg = wp.slot[l].arg;
+      const int min_lane = l & ~(width - 1);
+      const int max_lane = min_lane + width - 1;
+      int j = l;
+      bool read = true;
+      switch (mode) {
+        case kShflIdx: j = min_lane + (arg & (width - 1)); break;
+        case kShflUp: j = l - arg; read = j >= min_lane; break;
+        case kShflDown: j = l + arg; read = j <= max_lane; break;
+        default: j = l ^ (arg & 31); read = j <= max_lane; break;
+      }
+      if (!read) j = l;
+      if (!(eff >> j & 1u)) {
+        const Fiber& reader = w.fibers[self->warp * 32 + l];
+        CPUCUDA_FAIL_AS(w, self, &reader,
+             std::string(what) + " (" + site(file, line) + ") reads lane " + std::to_string(j) +
+                 ", which is not in the mask " + hex(mask) + " (its value is undefined on a GPU)");
+      }
+      wp.slot[l].out = wp.slot[j].in;
+    }
+  });
+  return out.out;
+}
+
+unsigned vote(const char* file, int line, int op, unsigned mask, bool pred) {
+  static const char* const names[] = {"__ballot_sync", "__any_sync", "__all_sync"};
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  w.warps[self->warp].slot[self->lane].in = pred ? 1u : 0u;
+  LaneSlot& out = warp_collective(names[op], kVote + op, mask, file, line, [&](Warp& wp, uint32_t eff) {
+    uint32_t ballot = 0;
+    for (uint32_t lanes = eff; lanes; lanes &= lanes - 1) {
+      const int l = std::countr_zero(lanes);
+      if (wp.slot[l].in) ballot |= 1u << l;
+    }
+    const uint64_t result = op == 0 ? ballot : op == 1 ? (ballot != 0) : (ballot == eff);
+    for (uint32_t lanes = eff; lanes; lanes &= lanes - 1) wp.slot[std::countr_zero(lanes)].out = result;
+  });
+  return static_cast<unsigned>(out.out);
+}
+
+unsigned activemask() {
+  const Fiber* self = current_fiber();
+  const Warp& wp = tl_worker->warps[self->warp];
+  return wp.valid & ~wp.exited;
+}
+
+// ---- tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32
+// Fragment layouts from the PTX ISA (g = lane / 4, t = lane % 4; each 32-bit
+// register holds two 16-bit elements, the lower column / k index in the low half):
+//   A (16x16, row): a0 (g, 2t..2t+1)  a1 (g+8, 2t..2t+1)  a2 (g, 2t+8..2t+9)  a3 (g+8, 2t+8..2t+9)
+//   B (16x8, col):  b0 (k 2t..2t+1, n g)  b1 (k 2t+8..2t+9, n g)
+//   C, D (16x8):    c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+void mma_m16n8k16(int dtype, float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file,
+                  int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  LaneSlot& mine = w.warps[self->warp].slot[self->lane];
+  mine.p0 = a;
+  mine.p1 = b;
+  mine.p2 = c;
+  mine.p_out = d;
+  const char* what = dtype == 0 ? "mma.sync m16n8k16 bf16" : "mma.sync m16n8k16 f16";
+  if (w.warps[self->warp].valid != 0xffffffffu) {
+    CPUCUDA_FAIL(w, self, std::string(what) + " (" + site(file, line) + ") needs a full warp of 32 threads");
+  }
+  warp_collective(what, kMma + dtype, 0xffffffffu, file, line, [&](Warp& wp, uint32_t) {
+    auto elem = [dtype](uint32_t reg, int half) {
+      const uint16_t bits = static_cast<uint16_t>(half ? reg >> 16 : reg & 0xffffu);
+      return dtype == 0 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16) : half_bits_to_float(bits);
+    };
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      const uint32_t* ra = static_cast<const uint32_t*>(wp.slot[l].p0);
+      const uint32_t* rb = static_cast<const uint32_t*>(wp.slot[l].p1);
+      const float* rc = static_cast<const float*>(wp.slot[l].p2);
+      for (int h = 0; h < 2; ++h) {
+        A[g][2 * t + h] = elem(ra[0], h);
+        A[g + 8][2 * t + h] = elem(ra[1], h);
+        A[g][2 * t + 8 + h] = elem(ra[2], h);
+        A[g + 8][2 * t + 8 + h] = elem(ra[3], h);
+        B[2 * t + h][g] = elem(rb[0], h);
+        B[2 * t + 8 + h][g] = elem(rb[1], h);
+        C[g][2 * t + h] = rc[h];
+        C[g + 8][2 * t + h] = rc[2 + h];
+      }
+    }
+    // Products of two 16-bit floats are exact in double, and so is a sum of 16 of
+    // them in nearly every case; the result is rounded to fp32 once.
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      float* rd = static_cast<float*>(wp.slot[l].p_out);
+      for (int q = 0; q < 4; ++q) {
+        const int row = g + (q >= 2 ? 8 : 0), col = 2 * t + (q & 1);
+        double acc = C[row][col];
+        for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * B[k][col];
+        rd[q] = static_cast<float>(acc);
+      }
+    }
+  });
+}
+
+// ---- ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16
+// Lanes 8j..8j+7 give the row addresses of matrix j (16 bytes each). Without
+// .trans, register j of lane l holds row l/4, columns 2(l%4) and 2(l%4)+1 of
+// matrix j; with .trans it holds rows 2(l%4) and 2(l%4)+1 of column l/4.
+void ldmatrix(int num, bool trans, uint32_t* r, const void* smem_row, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  LaneSlot& mine = w.warps[self->warp].slot[self->lane];
+  mine.p0 = smem_row;
+  mine.p_out = r;
+  const char* what = trans ? "ldmatrix .trans" : "ldmatrix";
+  if (w.warps[self->warp].valid != 0xffffffffu) {
+    CPUCUDA_FAIL(w, self, std::string(what) + " (" + site(file, line) + ") needs a full warp of 32 threads");
+  }
+  if (static_cast<int>(self->lane) < 8 * num && (reinterpret_cast<uintptr_t>(smem_row) & 15u) != 0) {
+    CPUCUDA_FAIL(w, self, std::string(what) + " (" + site(file, line) + "): row address is not 16-byte aligned");
+  }
+  warp_collective(what, kLdmatrix + num * 2 + (trans ? 1 : 0), 0xffffffffu, file, line, [&](Warp& wp, uint32_t) {
+    for (int l = 0; l < 32; ++l) {
+      uint32_t* out = static_cast<uint32_t*>(wp.slot[l].p_out);
+      for (int j = 0; j < num; ++j) {
+        uint16_t lo, hi;
+        if (!trans) {
+          const uint16_t* row = static_cast<const uint16_t*>(wp.slot[j * 8 + (l >> 2)].p0);
+          lo = row[2 * (l & 3)];
+          hi = row[2 * (l & 3) + 1];
+        } else {
+          const uint16_t* r0 = static_cast<const uint16_t*>(wp.slot[j * 8 + 2 * (l & 3)].p0);
+          const uint16_t* r1 = static_cast<const uint16_t*>(wp.slot[j * 8 + 2 * (l & 3) + 1].p0);
+          lo = r0[l >> 2];
+          hi = r1[l >> 2];
+        }
+        out[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+      }
+    }
+  });
+}
+
+// ---- cp.async: the source is read at issue, the destination written when a
+// wait retires the group, so a kernel that forgets the wait sees stale data.
+void cp_async_16(void* smem_dst, const void* gmem_src, bool pred) {
+  Fiber* self = current_fiber();
+  CopyOp op;
+  op.dst = smem_dst;
+  if (pred) {
+    std::memcpy(op.bytes, gmem_src, 16);
+  } else {
+    std::memset(op.bytes, 0, 16);  // src-size 0: the destination is zero-filled
+  }
+  self->copies.push_back(op);
+}
+
+void cp_async_commit() {
+  Fiber* self = current_fiber();
+  self->group_ends.push_back(self->copies.size());
+}
+
+void cp_async_wait(int max_pending) {
+  Fiber* self = current_fiber();
+  while (self->group_ends.size() - self->retired_groups > static_cast<size_t>(max_pending < 0 ? 0 : max_pending)) {
+    const size_t end = self->group_ends[self->retired_groups++];
+    for (; self->retired_copies < end; ++self->retired_copies) {
+      const CopyOp& op = self->copies[self->retired_copies];
+      std::memcpy(op.dst, op.bytes, 16);
+    }
+  }
+  if (self->retired_groups == self->group_ends.size() && self->retired_groups > 0) {
+    // Every committed group landed: drop them, keep the uncommitted tail.
+    self->copies.erase(self->copies.begin(), self->copies.begin() + static_cast<std::ptrdiff_t>(self->retired_copies));
+    self->group_ends.clear();
+    self->retired_groups = 0;
+    self->retired_copies = 0;
+  }
+}
+
+namespace {
+
+// ---- running a block on a worker
+
+void ensure_stack(Worker& w, Fiber& f) {
+  if (f.stack_lo && f.stack_size == w.stack_bytes) return;
+  const size_t page = Worker::page_size();
+  if (f.stack_lo) munmap(f.stack_lo - page, f.stack_size + page);
+  void* base = mmap(nullptr, w.stack_bytes + page, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) throw KernelError("cpucuda: cannot map a fiber stack (CPUCUDA_STACK_KB too large?)");
+  mprotect(base, page, PROT_NONE);  // guard page: an overflow faults instead of corrupting a neighbour
+  f.stack_lo = static_cast<unsigned char*>(base) + page;
+  f.stack_size = w.stack_bytes;
+}
+
+void prepare_smem(Worker& w, size_t bytes) {
+  // ASan: keep at least 64 poisoned bytes past the end to catch overruns.
+  const size_t want = ((bytes + 63) / 64) * 64 + (CPUCUDA_ASAN ? 64 : 0);
+  if (want > w.smem_capacity) {
+#if CPUCUDA_ASAN
+    if (w.smem) __asan_unpoison_memory_region(w.smem, w.smem_capacity);
+#endif
+    std::free(w.smem);
+    w.smem = static_cast<unsigned char*>(std::aligned_alloc(64, want));
+    if (!w.smem) throw KernelError("cpucuda: cannot allocate dynamic shared memory");
+    w.smem_capacity = want;
+  }
+#if CPUCUDA_ASAN
+  __asan_unpoison_memory_region(w.smem, w.smem_capacity);
+  std::memset(w.smem, 0xff, bytes);  // uninitialized shared memory reads as NaN/-1, not as zeros
+  __asan_poison_memory_region(w.smem + bytes, w.smem_capacity - bytes);
+#endif
+  w.info.dynamic_smem = w.smem;
+  w.info.dynamic_smem_bytes = bytes;
+}
+
+std::string deadlock_report(const Worker& w) {
+  std::string msg = "deadlock in block " + fmt3(w.info.block_idx.x, w.info.block_idx.y, w.info.block_idx.z) +
+                    ": no thread can continue and " + std::to_string(w.num_threads - w.done_count) + " of " +
+                    std::to_string(w.num_threads) + " have not returned. Waiting:";
+  int shown = 0;
+  for (uint32_t i = 0; i < w.num_threads && shown < 8; ++i) {
+    const Fiber& f = w.fibers[i];
+    if (f.state == State::kDone) continue;
+    msg += "\n  thread " + fmt3(f.thread_idx.x, f.thread_idx.y, f.thread_idx.z) + " at " + f.wait_what + " (" +
+           site(f.wait_file, f.wait_line) + ")";
+    ++shown;
+  }
+  if (w.num_threads - w.done_count > static_cast<uint32_t>(shown)) msg += "\n  ...";
+  msg += "\n(a warp operation whose lanes wait at __syncthreads, or a barrier some threads never reach?)";
+  return msg;
+}
+
+// Runs one block to completion; returns false (with w.error set) on an error.
+bool run_block(Worker& w, uint64_t linear_block) {
+  const Job& job = *w.job;
+  const uint64_t gx = job.grid.x, gy = job.grid.y;
+  w.info.block_idx = uint3{static_cast<unsigned>(linear_block % gx), static_cast<unsigned>((linear_block / gx) % gy),
+                           static_cast<unsigned>(linear_block / (gx * gy))};
+  w.info.block_dim = job.block;
+  w.info.grid_dim = job.grid;
+  prepare_smem(w, job.smem_bytes);
+  tl_block = &w.info;
+
+  const uint32_t bx = job.block.x, by = job.block.y;
+  const uint32_t n = job.block.x * job.block.y * job.block.z;
+  w.num_threads = n;
+  w.done_count = 0;
+  w.bar_arrived = 0;
+  w.first_exited = nullptr;
+  w.failed = false;
+  w.reverse = job.reverse;
+  w.q_head = 0;
+  w.q_count = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    Fiber& f = w.fibers[i];
+    ensure_stack(w, f);
+    f.ctx = fc::make_fcontext(f.stack_lo + f.stack_size, f.stack_size, fiber_entry);
+    f.thread_idx = uint3{i % bx, (i / bx) % by, i / (bx * by)};
+    f.warp = i / 32;
+    f.lane = i % 32;
+    f.wait_what = nullptr;
+    f.wait_file = nullptr;
+    f.wait_line = 0;
+    f.copies.clear();
+    f.group_ends.clear();
+    f.retired_groups = 0;
+    f.retired_copies = 0;
+  }
+  for (uint32_t wi = 0; wi < (n + 31) / 32; ++wi) {
+    const uint32_t lanes = std::min<uint32_t>(32, n - wi * 32);
+    w.warps[wi].valid = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+    w.warps[wi].exited = 0;
+    w.warps[wi].active_groups = 0;
+  }
+  for (uint32_t i = 0; i < n; ++i) push_ready(w, &w.fibers[w.reverse ? n - 1 - i : i]);
+
+  Fiber* first = pop_ready(w);
+  tl_fiber = first;
+#if CPUCUDA_ASAN
+  __sanitizer_start_switch_fiber(&w.main_fake_stack, first->stack_lo, first->stack_size);
+#endif
+  fc::transfer_t t = fc::jump_fcontext(first->ctx, &w.main_ctx);
+  *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
+#if CPUCUDA_ASAN
+  __sanitizer_finish_switch_fiber(w.main_fake_stack, nullptr, nullptr);
+#endif
+  tl_fiber = nullptr;
+
+  bool ok = !w.failed;
+  if (ok && w.done_count != n) {
+    w.error = deadlock_report(w);
+    ok = false;
+  }
+#if CPUCUDA_ASAN
+  if (!ok) {
+    // Abandoned fibers leave poisoned stack frames behind; clear them for reuse.
+    for (uint32_t i = 0; i < n; ++i) __asan_unpoison_memory_region(w.fibers[i].stack_lo, w.fibers[i].stack_size);
+  }
+#endif
+  return ok;
+}
+
+void run_job_on_worker(Worker& w, Job& job) {
+  w.job = &job;
+  while (!job.failed.load(std::memory_order_relaxed)) {
+    const uint64_t b = job.next_block.fetch_add(1, std::memory_order_relaxed);
+    if (b >= job.num_blocks) break;
+    bool ok = false;
+    try {
+      ok = run_block(w, b);
+    } catch (const std::exception& e) {
+      w.error = e.what();
+    }
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(job.error_mu);
+      if (!job.failed.exchange(true)) job.error = std::move(w.error);
+      break;
+    }
+  }
+  tl_block = nullptr;
+  w.job = nullptr;
+}
+
+// Worker threads live for the whole process, so fiber stacks and shared memory
+// buffers are reused across blocks and launches.
+class Pool {
+ public:
+  Pool() {
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    num_ = static_cast<int>(env_size("CPUCUDA_WORKERS", hw));
+    const size_t stack_kb = env_size("CPUCUDA_STACK_KB", 256);
+    const char* rev = std::getenv("CPUCUDA_REVERSE_ORDER");
+    reverse_.store(rev && *rev && std::strcmp(rev, "0") != 0);
+    for (int i = 0; i < num_; ++i) {
+      workers_.push_back(std::make_unique<Worker>());
+      workers_.back()->stack_bytes = std::max<size_t>(stack_kb, 16) * 1024;
+    }
+    for (int i = 0; i < num_; ++i) threads_.emplace_back([this, i] { worker_main(*workers_[i]); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    start_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  int size() const { return num_; }
+  std::atomic<bool>& reverse() { return reverse_; }
+
+  void run(Job& job) {
+    std::lock_guard<std::mutex> serial(launch_mu_);  // one launch at a time
+    std::unique_lock<std::mutex> lock(mu_);
+    job_ = &job;
+    running_ = num_;
+    ++generation_;
+    start_cv_.notify_all();
+    done_cv_.wait(lock, [this] { return running_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void worker_main(Worker& w) {
+    tl_worker = &w;
+#if CPUCUDA_ASAN
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t size = 0;
+      pthread_attr_getstack(&attr, &addr, &size);
+      w.main_stack_bottom = addr;
+      w.main_stack_size = size;
+      pthread_attr_destroy(&attr);
+    }
+#endif
+    uint64_t seen = 0;
+    for (;;) {
+      Job* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        start_cv_.wait(lock, [&] { return quit_ || generation_ != seen; });
+        if (quit_) return;
+        seen = generation_;
+        job = job_;
+      }
+      run_job_on_worker(w, *job);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--running_ == 0) done_cv_.notify_one();
+      }
+    }
+  }
+
+  int num_ = 1;
+  std::atomic<bool> reverse_{false};
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+  std::mutex launch_mu_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  Job* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int running_ = 0;
+  bool quit_ = false;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+void run_grid(Invoker invoke, const void* params, dim3 grid, dim3 block, size_t smem_bytes) {
+  const std::string config = "grid " + fmt3(grid.x, grid.y, grid.z) + ", block " + fmt3(block.x, block.y, block.z) +
+                             ", " + std::to_string(smem_bytes) + " bytes of dynamic shared memory";
+  auto reject = [&](const std::string& why) {
+    throw KernelError("cpucuda: invalid launch configuration (" + config + "): " + why);
+  };
+  if (tl_worker) reject("launching a kernel from inside a kernel is not supported");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) reject("grid dimensions must be at least 1");
+  if (grid.y > 65535 || grid.z > 65535) reject("grid.y and grid.z must be at most 65535");
+  if (block.x == 0 || block.y == 0 || block.z == 0) reject("block dimensions must be at least 1");
+  if (block.x > 1024 || block.y > 1024 || block.z > 64) reject("block dimensions must be at most (1024,1024,64)");
+  if (static_cast<uint64_t>(block.x) * block.y * block.z > static_cast<uint64_t>(kMaxThreads)) {
+    reject("more than 1024 threads per block");
+  }
+  if (smem_bytes > kSharedMemPerBlockOptin) {
+    reject("dynamic shared memory above the " + std::to_string(kSharedMemPerBlockOptin) + "-byte limit of an H200");
+  }
+  Job job;
+  job.invoke = invoke;
+  job.params = params;
+  job.grid = grid;
+  job.block = block;
+  job.smem_bytes = smem_bytes;
+  job.num_blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+  job.reverse = pool().reverse().load();
+  pool().run(job);
+  if (job.failed.load()) throw KernelError("cpucuda: kernel failed: " + job.error);
+}
+
+}  // namespace detail
+
+void set_reverse_order(bool reverse) { detail::pool().reverse().store(reverse); }
+bool reverse_order() { return detail::pool().reverse().load(); }
+int num_workers() { return detail::pool().size(); }
+
+}  // namespace cpucuda
