@@ -31,4 +31,16 @@ namespace stage02 {
 void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 }  // namespace stage02
 
+namespace stage03 {
+// GQA packing on tensor cores: a program's tile rows are BLOCK_Q tokens x the
+// (padded) query heads of one KV head's group, so each K/V tile is read once per
+// group. Serves any mix of prefill chunks, full prompts and decodes.
+void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
+}  // namespace stage03
+
+namespace stage04 {
+// Split-KV (Flash-Decoding) for decode-only batches.
+void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
+}  // namespace stage04
+
 }  // namespace pa
