@@ -21,23 +21,12 @@
 #include "common/problem.h"
 #include "common/stages.h"
 #include "common/timing.h"
+#include "registry.h"
 
 namespace {
 
 using namespace pa;
-
-struct Backend {
-  std::string name;
-  std::function<void(const Problem&, DeviceBatch&)> forward;
-};
-
-std::vector<Backend> all_backends() {
-  static stage01::Workspace ws01;
-  return {
-      {"01_reference_gather", [](const Problem& p, DeviceBatch& db) { stage01::forward(db.params(), p.meta, ws01); }},
-      {"02_fused_paged", [](const Problem&, DeviceBatch& db) { stage02::forward(db.params()); }},
-  };
-}
+using pa::bench::Backend;
 
 struct CaseSpec {
   std::string name;
@@ -148,8 +137,12 @@ int main(int argc, char** argv) {
       const Problem p = make_problem(cfg, c.requests, {.seed = 2024});
       const OracleResult want = reference_attention(p);
       DeviceBatch db(p);
-      for (const Backend& b : all_backends()) {
+      for (const Backend& b : pa::bench::backends()) {
         std::cerr << "[backends]   " << b.name << "\n";
+        if (const std::string why = b.unsupported(p); !why.empty()) {
+          emit("{\"case\":\"" + c.name + "\",\"backend\":\"" + b.name + "\",\"skipped\":\"" + why + "\"}");
+          continue;
+        }
         db.poison_outputs();
         b.forward(p, db);
         const double err = max_abs_error(db.out_host(), want.out);

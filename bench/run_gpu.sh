@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build the GPU flavor, run the tests (CPU-sized and
-# full-sized cases), check a few under compute-sanitizer, run the main job, and
-# leave every log and JSON file in OUTDIR.
+# full-sized cases), check a few under compute-sanitizer, run the main job, the
+# benchmark suite, PyTorch's reference points, and the plots; leave every log,
+# JSON and PNG file in OUTDIR.
 #
-#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]
+#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--bench-filter REGEX]
 #
 # GoogleTest / Google Benchmark are taken from the system, or from .deps/ (see
 # README) on machines without them.
@@ -11,13 +12,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
-skip_tests=0 skip_sanitizer=0
-for a in "$@"; do
-  case $a in
+skip_tests=0 skip_sanitizer=0 skip_bench=0 bench_filter=.
+while (($#)); do
+  case $1 in
     --skip-tests) skip_tests=1 ;;
     --skip-sanitizer) skip_sanitizer=1 ;;
-    *) echo "unknown option $a" >&2; exit 2 ;;
+    --skip-bench) skip_bench=1 ;;
+    --bench-filter) bench_filter=$2; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
   esac
+  shift
 done
 mkdir -p "$out"
 status=0
@@ -49,4 +53,16 @@ fi
 step backends
 build/gpu/bench/backends --out "$out/backends.jsonl" 2> "$out/backends.log" || status=1
 cat "$out/backends.jsonl"
+
+if ((!skip_bench)); then
+  step bench_attention
+  build/gpu/bench/bench_attention --benchmark_filter="$bench_filter" \
+    --benchmark_out="$out/bench.json" --benchmark_out_format=json > "$out/bench.txt" 2>&1 || status=1
+  grep -E "read probe|floor_fraction" "$out/bench.txt" | sed -E 's/ +/ /g' | cut -c1-220
+  step torch reference points
+  PYTHONUNBUFFERED=1 python3 bench/torch_reference.py --out "$out/torch.json" > "$out/torch.log" 2>&1 || status=1
+  tail -3 "$out/torch.log"
+  step plots
+  python3 plots/plot_bench.py --bench "$out/bench.json" --torch "$out/torch.json" --out "$out" || status=1
+fi
 exit $status

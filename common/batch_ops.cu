@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cstdint>
+
 #include "cuda_compat.cuh"
 #include "launch.cuh"
 #include "batch_ops.h"
@@ -35,7 +38,30 @@ __global__ void clear_rows_kernel(bf16* __restrict__ out,   // [num_tokens, Hq, 
   }
 }
 
+// splitmix64: a good 64-bit mix, so neighbouring indices give unrelated values.
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_random_kernel(bf16* __restrict__ data, size_t n, uint64_t seed) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint64_t bits = mix64(seed * 0x2545F4914F6CDD1Dull + i);
+    const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1) from 24 bits
+    data[i] = __float2bfloat16((2.0f * u - 1.0f) * 1.7320508f);
+  }
+}
+
 }  // namespace
+
+void fill_random(bf16* data, size_t n, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  const size_t blocks = std::min<size_t>((n + 255) / 256, 65536);
+  launch(fill_random_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, data, n, seed);
+}
 
 void clear_padding_rows(const AttentionParams& p, cudaStream_t stream) {
   const int rows = p.batch.num_tokens - p.batch.first_padding_row;

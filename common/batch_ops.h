@@ -16,4 +16,9 @@ void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int
 // lse := -inf. A no-op when there are none.
 void clear_padding_rows(const AttentionParams& p, cudaStream_t stream = nullptr);
 
+// Fills data[0, n) with reproducible pseudo-random values, uniform in
+// [-sqrt(3), sqrt(3)) (unit variance), from a counter-based hash of (seed, index).
+// Benchmarks use it to fill gigabyte caches on the device instead of the host.
+void fill_random(bf16* data, size_t n, uint64_t seed, cudaStream_t stream = nullptr);
+
 }  // namespace pa

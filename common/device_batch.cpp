@@ -13,17 +13,31 @@ std::vector<float> to_float(const std::vector<bf16>& x) {
 DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   const BatchMeta& m = p.meta;
   validate(m, p.cfg, p.num_blocks);
-  q.upload(p.q);
-  k_cache.upload(p.k_cache);
-  v_cache.upload(p.v_cache);
-  k_new.upload(p.k_new);
-  v_new.upload(p.v_new);
+  const AttentionConfig& c = p.cfg;
+  const size_t q_elems = static_cast<size_t>(m.num_tokens) * c.num_q_heads * c.head_dim;
+  const size_t cache_elems = static_cast<size_t>(p.num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
+  if (!p.q.empty()) {
+    q.upload(p.q);
+    k_cache.upload(p.k_cache);
+    v_cache.upload(p.v_cache);
+    k_new.upload(p.k_new);
+    v_new.upload(p.v_new);
+  } else {
+    // Built with fill_values = false (benchmarks): random values made on the
+    // device; the write path has nothing to add.
+    q.resize(q_elems);
+    k_cache.resize(cache_elems);
+    v_cache.resize(cache_elems);
+    fill_random(q.data(), q_elems, 1, stream);
+    fill_random(k_cache.data(), cache_elems, 2, stream);
+    fill_random(v_cache.data(), cache_elems, 3, stream);
+  }
   sinks.upload(p.sinks);
   query_start_loc.upload(m.query_start_loc);
   seq_lens.upload(m.seq_lens);
   block_table.upload(m.block_table);
   slot_mapping.upload(m.slot_mapping);
-  out.resize(static_cast<size_t>(m.num_tokens) * p.cfg.num_q_heads * p.cfg.head_dim);
+  out.resize(q_elems);
   lse.resize(static_cast<size_t>(m.num_tokens) * p.cfg.num_q_heads);
 
   AttentionParams& a = params_;

@@ -1,0 +1,155 @@
+// Google Benchmark suites for every backend: decode batch sweep, long contexts,
+// the mixed batch, and causal prefill.
+//
+// Method: each iteration is timed with device events around the forward call
+// alone (manual time); before each, a buffer twice the L2 size is overwritten so
+// K/V come from HBM, as in a real decode step. Counters per benchmark:
+//   kv_bytes        K/V bytes a read-once kernel must load (sum of seq_lens x 4 KiB for Qwen3-8B)
+//   ms_median       median iteration time
+//   GBps            kv_bytes / ms_median
+//   floor_fraction  (kv_bytes / probe bandwidth) / ms_median: 1.0 = reads each byte once at full speed
+//   TFLOPs          prefill only: 4 * head_dim * Hq * causal (query, key) pairs / ms_median
+// The probe bandwidth (bench/probe.cu) is measured first, in the same run, and
+// stored in the JSON context as read_bandwidth_GBps.
+//
+// In the CPU flavor the suites run in a tiny smoke mode (small sizes, one
+// iteration) so CI proves they work; CPU timings mean nothing.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/device_batch.h"
+#include "common/problem.h"
+#include "common/timing.h"
+#include "probe.h"
+#include "registry.h"
+
+namespace {
+
+using namespace pa;
+using pa::bench::Backend;
+
+#if defined(PA_GPU_BUILD)
+constexpr bool kGpu = true;
+#else
+constexpr bool kGpu = false;
+#endif
+
+double g_read_gbps = 0.0;  // measured by the probe before any benchmark runs
+
+struct BenchCase {
+  std::string family;  // decode | long | mixed | prefill
+  std::string label;   // e.g. batch:64/ctx:4096
+  std::vector<RequestShape> requests;
+  int iterations;
+  size_t kv_tokens() const {
+    size_t n = 0;
+    for (auto r : requests) n += r.seq_len;
+    return n;
+  }
+};
+
+std::vector<BenchCase> cases() {
+  std::vector<BenchCase> out;
+  const std::vector<int> sweep = kGpu ? std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256} : std::vector<int>{1, 4};
+  const int ctx = kGpu ? 4096 : 128;
+  for (int b : sweep)
+    out.push_back({"decode", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(ctx), decode_requests(b, ctx),
+                   kGpu ? 20 : 1});
+  const std::vector<int> longs = kGpu ? std::vector<int>{1, 2, 4, 8, 16, 32} : std::vector<int>{1, 2};
+  const int long_ctx = kGpu ? 32768 : 512;
+  for (int b : longs)
+    out.push_back({"long", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(long_ctx),
+                   decode_requests(b, long_ctx), kGpu ? 10 : 1});
+  const int s = kGpu ? 1 : 32;
+  std::vector<RequestShape> mixed = {{512 / s, 4096 / s}, {512 / s, 2048 / s}};
+  for (int i = 0; i < 30; ++i) mixed.push_back({1, (1024 + 128 * i) / s});
+  out.push_back({"mixed", "chunks:2/decodes:30", mixed, kGpu ? 10 : 1});
+  for (int n : kGpu ? std::vector<int>{4096, 16384} : std::vector<int>{64})
+    out.push_back({"prefill", "batch:1/len:" + std::to_string(n), {{n, n}}, kGpu ? 5 : 1});
+  return out;
+}
+
+// The reference backend is slow by design; keep its runs to sizes where it
+// finishes in seconds, and say so in the output.
+std::string over_budget(const Backend& b, const BenchCase& c) {
+  if (b.name.rfind("01_", 0) != 0 || !kGpu) return {};
+  if (c.kv_tokens() > 64u * 4096u) return "the reference backend is only timed up to 64 x 4096 tokens";
+  if (c.family == "prefill" && c.requests[0].seq_len > 4096) return "the reference backend is not timed on 16k prefill";
+  return {};
+}
+
+void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
+  AttentionConfig cfg;  // Qwen3-8B: Hq 32, Hkv 8, D 128, block 16
+  const Problem p = make_problem(cfg, c.requests, {.seed = 1, .fill_values = false});
+  if (std::string why = b.unsupported(p); !why.empty()) {
+    state.SkipWithError(("unsupported: " + why).c_str());
+    return;
+  }
+  if (std::string why = over_budget(b, c); !why.empty()) {
+    state.SkipWithError(("not run: " + why).c_str());
+    return;
+  }
+  DeviceBatch db(p);
+  cudaDeviceProp prop{};
+  PA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  DeviceBuffer<char> flush(kGpu ? 2 * static_cast<size_t>(prop.l2CacheSize) : 1);
+  EventTimer timer;
+  std::vector<double> times;
+  b.forward(p, db);  // warm-up: workspaces, first-launch costs
+  int rep = 0;
+  for (auto _ : state) {
+    flush.fill_bytes(++rep & 0xFF);
+    timer.start();
+    b.forward(p, db);
+    const float ms = timer.stop();
+    times.push_back(ms);
+    state.SetIterationTime(ms * 1e-3);
+  }
+  const double ms = median(times);
+  const double kv_bytes = static_cast<double>(p.kv_bytes_read());
+  state.counters["kv_bytes"] = kv_bytes;
+  state.counters["ms_median"] = ms;
+  state.counters["GBps"] = kv_bytes / (ms * 1e-3) / 1e9;
+  state.counters["floor_fraction"] = g_read_gbps > 0 ? (kv_bytes / (g_read_gbps * 1e9)) / (ms * 1e-3) : 0.0;
+  state.counters["batch"] = static_cast<double>(c.requests.size());
+  if (c.family == "prefill") {
+    const double n = c.requests[0].seq_len;
+    const double flops = 4.0 * cfg.head_dim * cfg.num_q_heads * n * (n + 1) / 2;
+    state.counters["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  try {
+    cudaDeviceProp prop{};
+    PA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const bench::ProbeResult probe = bench::measure_read_bandwidth(kGpu ? (size_t{2} << 30) : (size_t{16} << 20), kGpu ? 20 : 2);
+    g_read_gbps = probe.gbps;
+    std::fprintf(stderr, "[bench] %s: read probe %.1f GB/s (%zu MB, median %.3f ms)\n", prop.name, probe.gbps,
+                 probe.bytes >> 20, probe.median_ms);
+    benchmark::AddCustomContext("device", prop.name);
+    benchmark::AddCustomContext("read_bandwidth_GBps", std::to_string(probe.gbps));
+    benchmark::AddCustomContext("flavor", kGpu ? "gpu" : "cpu-smoke");
+    for (const BenchCase& c : cases()) {
+      for (const Backend& b : bench::backends()) {
+        benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
+                                     [&b, c](benchmark::State& st) { run_case(st, b, c); })
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(c.iterations);
+      }
+    }
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

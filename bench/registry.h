@@ -1,0 +1,24 @@
+// Every backend the main job and the benchmarks run, in stage order. A backend
+// says which batches it supports; the others are reported as skipped with the
+// reason, never silently dropped.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/device_batch.h"
+#include "common/problem.h"
+
+namespace pa::bench {
+
+struct Backend {
+  std::string name;
+  // Empty string: supported; otherwise why not.
+  std::function<std::string(const Problem&)> unsupported;
+  std::function<void(const Problem&, DeviceBatch&)> forward;
+};
+
+const std::vector<Backend>& backends();
+
+}  // namespace pa::bench

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Benchmark JSON -> PNG plots.
+
+Reads bench_attention's Google Benchmark JSON (and, optionally, the JSON of
+bench/torch_reference.py measured in the same run) and draws:
+  decode_sweep.png   K/V GB/s against batch size at 4096 tokens, one line per backend,
+                     with the probe's read bandwidth as the floor line
+  long_context.png   the same for 32768-token contexts
+  prefill.png        causal prefill TFLOP/s per backend
+Titles carry the device and the date of the run.
+
+    python3 plots/plot_bench.py --bench bench.json [--torch torch.json] --out plots/
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def rows(doc):
+    out = []
+    for b in doc.get("benchmarks", []):
+        if b.get("error_occurred") or b.get("run_type", "iteration") != "iteration":
+            continue
+        parts = b["name"].split("/")
+        if len(parts) < 3:
+            continue
+        fields = dict(p.split(":", 1) for p in parts[2:] if ":" in p)
+        out.append({"family": parts[0], "backend": parts[1], "fields": fields, **b})
+    return out
+
+
+def plot_bandwidth(data, family, read_gbps, title, path, xlabel):
+    fig, ax = plt.subplots(figsize=(8, 5))
+    backends = sorted({r["backend"] for r in data if r["family"] == family})
+    if not backends:
+        plt.close(fig)
+        return False
+    for name in backends:
+        pts = sorted((int(r["fields"]["batch"]), r["GBps"]) for r in data if r["family"] == family and r["backend"] == name)
+        style = "--" if name.startswith("torch") else "-"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=name)
+    if read_gbps:
+        ax.axhline(read_gbps, color="black", linewidth=1, label=f"floor: read probe {read_gbps:.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("K/V bytes / time (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_prefill(data, title, path):
+    pts = [r for r in data if r["family"] == "prefill" and "TFLOPs" in r]
+    if not pts:
+        return False
+    lens = sorted({int(r["fields"]["len"]) for r in pts})
+    backends = sorted({r["backend"] for r in pts})
+    fig, ax = plt.subplots(figsize=(8, 5))
+    width = 0.8 / max(len(backends), 1)
+    for i, name in enumerate(backends):
+        ys = []
+        for n in lens:
+            m = [r["TFLOPs"] for r in pts if r["backend"] == name and int(r["fields"]["len"]) == n]
+            ys.append(m[0] if m else 0)
+        ax.bar([j + i * width for j in range(len(lens))], ys, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(lens))])
+    ax.set_xticklabels([f"1 x {n}" for n in lens])
+    ax.set_ylabel("causal TFLOP/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", required=True, help="bench_attention --benchmark_out JSON")
+    ap.add_argument("--torch", help="bench/torch_reference.py JSON (optional)")
+    ap.add_argument("--out", required=True, help="folder for the PNGs")
+    args = ap.parse_args()
+    doc = load(args.bench)
+    ctx = doc.get("context", {})
+    data = rows(doc)
+    if args.torch and os.path.exists(args.torch):
+        data += rows(load(args.torch))
+    read_gbps = float(ctx.get("read_bandwidth_GBps", 0) or 0)
+    stamp = f"{ctx.get('device', '?')}, {ctx.get('date', '?')[:10]}"
+    os.makedirs(args.out, exist_ok=True)
+    made = []
+    if plot_bandwidth(data, "decode", read_gbps, f"Decode, 4096-token contexts ({stamp})",
+                      os.path.join(args.out, "decode_sweep.png"), "batch size (requests)"):
+        made.append("decode_sweep.png")
+    if plot_bandwidth(data, "long", read_gbps, f"Decode, 32768-token contexts ({stamp})",
+                      os.path.join(args.out, "long_context.png"), "batch size (requests)"):
+        made.append("long_context.png")
+    if plot_prefill(data, f"Causal prefill ({stamp})", os.path.join(args.out, "prefill.png")):
+        made.append("prefill.png")
+    if not made:
+        print("plot_bench: no plottable benchmarks in the input", file=sys.stderr)
+        return 1
+    print("wrote " + ", ".join(made))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
