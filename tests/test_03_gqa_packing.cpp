@@ -1,0 +1,93 @@
+// Stage 03: GQA packing on tensor cores. Every group size 1..8 (3, 5, 6, 7 pad
+// to the next power of two), both tile shapes (the one-warp decode tile and the
+// 128-row prefill tile), every head_dim, block sizes 1..256.
+#include "tests/harness.h"
+
+namespace pa::test {
+namespace {
+
+void run_stage03(const Problem&, DeviceBatch& db) { stage03::forward(db.params()); }
+
+class Stage03 : public testing::TestWithParam<Case> {};
+
+TEST_P(Stage03, MatchesOracle) { expect_matches_oracle(GetParam(), run_stage03); }
+
+// Hq = 2 * group, Hkv = 2: two KV heads, so a wrong kv_head shows.
+AttentionConfig grouped(int group, int head_dim, int block_size) {
+  return config(2 * group, 2, head_dim, block_size);
+}
+
+std::vector<Case> stage03_cases() {
+  std::vector<Case> cases = basic_cases();
+  // Every group size on the milestone batch (mixed: the 128-row prefill tile).
+  cases.push_back({"Milestone_Group1_D128_Block16", grouped(1, 128, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group5_D128_Block16", grouped(5, 128, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group6_D64_Block16", grouped(6, 64, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group7_D128_Block16", grouped(7, 128, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group8_D128_Block16", grouped(8, 128, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group4_D256_Block16", grouped(4, 256, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group3_D256_Block1", grouped(3, 256, 1), milestone_requests()});
+  cases.push_back({"Milestone_Group4_D128_Block256", grouped(4, 128, 256), milestone_requests()});
+  // Decode-only batches take the one-warp tile: GROUP_PAD rows per token.
+  cases.push_back({"Decode_Group4_D128_Block16", grouped(4, 128, 16), decode_requests(3, 77)});
+  cases.push_back({"Decode_Group3_D64_Block1", grouped(3, 64, 1), decode_requests(2, 70)});
+  cases.push_back({"Decode_Group8_D256_Block16", grouped(8, 256, 16), decode_requests(2, 45)});
+  cases.push_back({"Decode_MHA_D128_Block64", grouped(1, 128, 64), {{1, 130}, {1, 1}, {1, 64}}});
+  cases.push_back({"Decode_Group7_D64_Block256", grouped(7, 64, 256), {{1, 300}, {1, 2}}});
+  // Short verify blocks that still fit the one-warp tile (q_len * GROUP_PAD <= 16).
+  cases.push_back({"Verify4_Group4_D128_Block16", grouped(4, 128, 16), {{4, 50}, {1, 33}, {3, 3}}});
+  cases.push_back({"Verify2_Group6_D64_Block16", grouped(6, 64, 16), {{2, 40}, {2, 17}}});
+  // A long prompt over many query tiles and key tiles, mixed with decodes: the
+  // heaviest-first tile order, per-warp diagonal skipping and the key ring.
+  cases.push_back({"LongPromptWithDecodes_Group4_D128", grouped(4, 128, 16), {{150, 150}, {1, 90}, {1, 3}, {20, 180}}});
+  cases.push_back({"LongPrompt_Group5_D64_Block1", grouped(5, 64, 1), {{150, 150}, {1, 3}}});
+  cases.push_back({"LongChunk_Group4_D128_Block16", grouped(4, 128, 16), {{700, 900}, {1, 300}}});
+  cases.push_back({"LongPrompt_MHA_D64_Block64", grouped(1, 64, 64), {{150, 150}, {7, 200}}});
+  // Padding rows after a decode-only batch (one-warp tile) and after a mixed one.
+  cases.push_back({"DecodePaddingRows_Group4_D64", grouped(4, 64, 16), {{1, 20}, {0, 0}, {1, 5}},
+                   BuildOptions{.seed = 3, .padding_rows = 5}});
+  cases.push_back({"EmptyRequestsAndPaddingRows_Group6_D128", grouped(6, 128, 16), {{0, 0}, {9, 40}, {0, 0}, {1, 9}},
+                   BuildOptions{.seed = 9, .padding_rows = 2}});
+  cases.push_back({"RandomMixed_Group3_D64_Block16", grouped(3, 64, 16), random_mixed_requests(23, 7, 140),
+                   BuildOptions{.seed = 23}});
+  cases.push_back({"RandomMixed_Group8_D64_Block1", grouped(8, 64, 1), random_mixed_requests(29, 5, 90),
+                   BuildOptions{.seed = 29}});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Stage03, testing::ValuesIn(stage03_cases()), case_name);
+
+TEST(Stage03Reruns, BitIdenticalPrefillTile) {
+  expect_bit_identical_reruns({"Milestone", config(8, 2, 128, 16), milestone_requests()}, run_stage03);
+}
+
+TEST(Stage03Reruns, BitIdenticalDecodeTile) {
+  expect_bit_identical_reruns({"Decode", config(6, 2, 64, 16), decode_requests(3, 100)}, run_stage03);
+}
+
+TEST(Stage03Errors, RejectsSlidingWindow) {
+  Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
+  DeviceBatch db(p);
+  AttentionParams params = db.params();
+  params.window = 8;
+  expect_error([&] { stage03::forward(params); }, "no sliding window");
+}
+
+TEST(Stage03Errors, RejectsSinks) {
+  Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
+  DeviceBatch db(p);
+  AttentionParams params = db.params();
+  const std::vector<float> sinks(8, 0.5f);
+  DeviceBuffer<float> sinks_d(sinks);
+  params.sinks = sinks_d.data();
+  expect_error([&] { stage03::forward(params); }, "no sinks");
+}
+
+TEST(Stage03Errors, RejectsGroupsAboveEight) {
+  Problem p = make_problem(config(16, 1, 64, 16), {{1, 5}});
+  DeviceBatch db(p);
+  expect_error([&] { stage03::forward(db.params()); }, "groups of 1..8");
+}
+
+}  // namespace
+}  // namespace pa::test
