@@ -1,0 +1,226 @@
+// Stage 04: split-KV (Flash-Decoding) for decode batches, merged by log-sum-exp.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "tests/harness.h"
+
+namespace pa::test {
+namespace {
+
+constexpr int kAuto = 0;  // num_splits 0: the stage's own plan from the SM count
+
+// A decode case with the split count to force (kAuto: the dispatch rule).
+struct SplitCase {
+  Case c;
+  int num_splits;
+};
+std::string split_case_name(const testing::TestParamInfo<SplitCase>& info) { return info.param.c.name; }
+void PrintTo(const SplitCase& s, std::ostream* os) {
+  *os << s.c.name << " (" << s.c.cfg.describe() << ", num_splits " << s.num_splits << ")";
+}
+
+Forward run_with_splits(int num_splits) {
+  return [num_splits](const Problem&, DeviceBatch& db) { stage04::forward(db.params(), nullptr, num_splits); };
+}
+
+// Decodes at uneven lengths: a partly filled last block, a one-token context.
+std::vector<RequestShape> ragged_decodes() { return {{1, 70}, {1, 130}, {1, 1}, {1, 33}}; }
+
+class Stage04 : public testing::TestWithParam<SplitCase> {};
+
+TEST_P(Stage04, MatchesOracle) { expect_matches_oracle(GetParam().c, run_with_splits(GetParam().num_splits)); }
+
+std::vector<SplitCase> stage04_cases() {
+  std::vector<SplitCase> cases = {
+      // Groups 1..8 (3, 5, 6, 7 are not powers of two), each with several splits.
+      {{"Group1_D128_Block16_Splits3", config(4, 4, 128, 16), ragged_decodes()}, 3},
+      {{"Group2_D128_Block16_Splits3", config(4, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group3_D128_Block16_Splits3", config(6, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group4_D128_Block16_Splits3", config(8, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group5_D128_Block16_Splits3", config(10, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group6_D128_Block16_Splits3", config(12, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group7_D128_Block16_Splits3", config(7, 1, 128, 16), ragged_decodes()}, 3},
+      {{"Group8_D128_Block16_Splits3", config(16, 2, 128, 16), ragged_decodes()}, 3},
+      // Head dims: 8, 16 and 32 lanes per K/V row.
+      {{"Group4_D64_Block16_Splits3", config(8, 2, 64, 16), ragged_decodes()}, 3},
+      {{"Group4_D256_Block16_Splits3", config(8, 2, 256, 16), ragged_decodes()}, 3},
+      {{"Group8_D256_Block16_Splits8", config(16, 2, 256, 16), ragged_decodes()}, 8},
+      {{"Group5_D64_Block16_Splits8", config(10, 2, 64, 16), ragged_decodes()}, 8},
+      // Split counts: 1 (no merge, the kernel writes out), 3, 8, automatic.
+      {{"Qwen3Shape_Splits1", config(32, 8, 128, 16), ragged_decodes()}, 1},
+      {{"Qwen3Shape_Splits3", config(32, 8, 128, 16), ragged_decodes()}, 3},
+      {{"Qwen3Shape_Splits8", config(32, 8, 128, 16), ragged_decodes()}, 8},
+      {{"Qwen3Shape_SplitsAuto", config(32, 8, 128, 16), ragged_decodes()}, kAuto},
+      {{"Group4_D64_Block16_Splits1", config(8, 2, 64, 16), ragged_decodes()}, 1},
+      // One request of one KV head: the automatic plan splits it even on a 2-core CPU.
+      {{"OneLongRequest_MHA_SplitsAuto", config(1, 1, 64, 16), {{1, 1200}}}, kAuto},
+      // Block sizes: one key per block (a table lookup per key), 64, and 256 (> a split's keys).
+      {{"Group4_D64_Block1_Splits3", config(8, 2, 64, 1), ragged_decodes()}, 3},
+      {{"Group4_D64_Block1_Splits8", config(8, 2, 64, 1), ragged_decodes()}, 8},
+      {{"Group4_D128_Block64_Splits3", config(8, 2, 128, 64), ragged_decodes()}, 3},
+      {{"Group4_D128_Block64_Splits8", config(8, 2, 128, 64), ragged_decodes()}, 8},
+      {{"Group3_D64_Block256_Splits3", config(6, 2, 64, 256), {{1, 600}, {1, 7}}}, 3},
+      // Some requests far shorter than the longest: most of their splits are empty
+      // (lse -inf, weight 0) and must not disturb the merge.
+      {{"ShortBesideLong_Splits8", config(8, 2, 64, 16), {{1, 500}, {1, 3}, {1, 17}, {1, 64}}}, 8},
+      {{"ShortBesideLong_Block1_Splits8", config(8, 2, 64, 1), {{1, 300}, {1, 2}}}, 8},
+      // Requests with no query (seq_len 0, q_len 0) and padding rows.
+      {{"EmptyRequestsAndPaddingRows_Splits3", config(8, 2, 64, 16), {{0, 0}, {1, 40}, {0, 0}, {1, 9}},
+        BuildOptions{.seed = 7, .padding_rows = 3}},
+       3},
+      {{"EmptyRequestsAndPaddingRows_Splits1", config(8, 2, 64, 16), {{0, 0}, {1, 40}, {0, 0}, {1, 9}},
+        BuildOptions{.seed = 7, .padding_rows = 3}},
+       1},
+  };
+  if (kGpuBuild) {
+    // Full size on a GPU: the Qwen3-8B attention shape at the benchmark's lengths.
+    cases.push_back({{"Gpu_Decode1x32768_Qwen3Shape_SplitsAuto", config(32, 8, 128, 16), decode_requests(1, 32768)},
+                     kAuto});
+    cases.push_back({{"Gpu_Decode4x16384_Qwen3Shape_SplitsAuto", config(32, 8, 128, 16), decode_requests(4, 16384)},
+                     kAuto});
+    cases.push_back({{"Gpu_Decode16x4096_Qwen3Shape_SplitsAuto", config(32, 8, 128, 16), decode_requests(16, 4096)},
+                     kAuto});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Stage04, testing::ValuesIn(stage04_cases()), split_case_name);
+
+// Padding rows and requests without a query: rows past the last request must be
+// exactly +0.0 (bit pattern 0) with lse -inf, whatever the split count.
+void expect_exact_zero_padding(int num_splits) {
+  const Case c{"Padding", config(8, 2, 64, 16), {{0, 0}, {1, 40}, {0, 0}, {1, 9}}, BuildOptions{.padding_rows = 3}};
+  const Problem p = make_problem(c.cfg, c.requests, c.opt);
+  DeviceBatch db(p);
+  stage04::forward(db.params(), nullptr, num_splits);
+  const std::vector<bf16> out = db.out.download();
+  const std::vector<float> lse = db.lse.download();
+  const int first_padding = p.meta.query_start_loc.back();
+  const size_t row_elems = static_cast<size_t>(c.cfg.num_q_heads) * c.cfg.head_dim;
+  ASSERT_EQ(first_padding + 3, p.meta.num_tokens);
+  for (int row = first_padding; row < p.meta.num_tokens; ++row) {
+    for (size_t e = 0; e < row_elems; ++e) {
+      uint16_t bits;
+      std::memcpy(&bits, &out[row * row_elems + e], sizeof(bits));
+      ASSERT_EQ(bits, 0u) << "padding row " << row << " element " << e << " is not exactly +0.0";
+    }
+    for (int h = 0; h < c.cfg.num_q_heads; ++h) {
+      const float l = lse[static_cast<size_t>(row) * c.cfg.num_q_heads + h];
+      ASSERT_TRUE(std::isinf(l) && l < 0) << "padding row " << row << " head " << h << ": lse " << l << ", want -inf";
+    }
+  }
+}
+
+TEST(Stage04Padding, ExactZerosOneSplit) { expect_exact_zero_padding(1); }
+TEST(Stage04Padding, ExactZerosEightSplits) { expect_exact_zero_padding(8); }
+
+TEST(Stage04Reruns, BitIdenticalThreeSplits) {
+  expect_bit_identical_reruns({"Ragged", config(8, 2, 128, 16), ragged_decodes()}, run_with_splits(3));
+}
+
+TEST(Stage04Reruns, BitIdenticalAutomatic) {
+  expect_bit_identical_reruns({"OneLong", config(1, 1, 64, 16), {{1, 1200}}}, run_with_splits(kAuto));
+}
+
+TEST(Stage04Errors, RejectsPrefillWithTheRequestNamed) {
+  // Request 1 of this batch is a 16-token prompt.
+  Problem p = make_problem(config(8, 2, 64, 16), {{1, 20}, {16, 16}, {1, 5}});
+  DeviceBatch db(p);
+  expect_error([&] { stage04::forward(db.params()); }, "request 1 has 16 queries");
+}
+
+TEST(Stage04Errors, RejectsSlidingWindow) {
+  Problem p = make_problem(config(8, 2, 64, 16), ragged_decodes());
+  DeviceBatch db(p);
+  AttentionParams params = db.params();
+  params.window = 8;
+  expect_error([&] { stage04::forward(params); }, "no sliding window");
+}
+
+// The dispatch rule, on an H200's 132 SMs. plan() reads only the sizes.
+AttentionParams sizes(int num_requests, int seq_len, int num_kv_heads = 8, int block_size = 16) {
+  AttentionParams p{};
+  p.batch.num_requests = num_requests;
+  p.batch.num_tokens = num_requests;
+  p.batch.max_query_len = 1;
+  p.batch.max_seq_len = seq_len;
+  p.batch.decode_only = true;
+  p.kv.num_kv_heads = num_kv_heads;
+  p.kv.block_size = block_size;
+  p.kv.head_dim = 128;
+  p.num_q_heads = 4 * num_kv_heads;
+  return p;
+}
+constexpr int kH200Sms = 132;
+
+// Every plan covers the longest context with whole blocks and no split that is
+// always empty.
+void expect_covers(const AttentionParams& p, const stage04::SplitPlan& sp) {
+  const int blocks = (p.batch.max_seq_len + p.kv.block_size - 1) / p.kv.block_size;
+  EXPECT_GE(sp.num_splits * sp.blocks_per_split, blocks) << "the splits must cover max_seq_len";
+  EXPECT_LT((sp.num_splits - 1) * sp.blocks_per_split, std::max(blocks, 1)) << "the last split would always be empty";
+}
+
+TEST(Stage04Plan, ManyRequestsDoNotSplit) {
+  const AttentionParams p = sizes(64, 4096);  // 512 programs: ~4 per SM already
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 1) << "64 requests x 8 KV heads fill 132 SMs: splitting only adds merge work (TODO 7)";
+  expect_covers(p, sp);
+}
+
+TEST(Stage04Plan, OneLongRequestSplitsForTwoWaves) {
+  const AttentionParams p = sizes(1, 32768);  // 8 programs without splitting
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_GE(8 * sp.num_splits, 2 * kH200Sms) << "1 x 32768 needs about two waves of programs (TODO 7)";
+  EXPECT_LE(sp.num_splits, 64) << "at most 64 splits (TODO 7)";
+  EXPECT_GE(sp.blocks_per_split * 16, 256) << "splits of at least 256 keys (TODO 7)";
+  expect_covers(p, sp);
+}
+
+TEST(Stage04Plan, FourLongRequestsSplitForTwoWaves) {
+  const AttentionParams p = sizes(4, 32768);
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_GE(4 * 8 * sp.num_splits, 2 * kH200Sms) << "TODO 7";
+  EXPECT_LT(4 * 8 * (sp.num_splits - 1), 2 * kH200Sms) << "no more splits than two waves need (TODO 7)";
+  expect_covers(p, sp);
+}
+
+TEST(Stage04Plan, ShortContextDoesNotSplit) {
+  const AttentionParams p = sizes(1, 200);  // fewer keys than one split's minimum
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 1) << "a 200-token context is shorter than one split's minimum of 256 keys (TODO 7)";
+  expect_covers(p, sp);
+}
+
+TEST(Stage04Plan, MediumContextSplitsOnlyToTheMinimumSize) {
+  const AttentionParams p = sizes(1, 4096);  // two waves want 33 splits, 256-key splits allow 16
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 16) << "TODO 7";
+  EXPECT_EQ(sp.blocks_per_split, 16) << "TODO 7";
+}
+
+TEST(Stage04Plan, VeryLongContextCapsTheSplitCount) {
+  const AttentionParams p = sizes(1, 1 << 20, 1, 16);  // one KV head: two waves would want 264 splits
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 64) << "TODO 7";
+  expect_covers(p, sp);
+}
+
+TEST(Stage04Plan, BlockSizeOneCountsKeysNotBlocks) {
+  const AttentionParams p = sizes(1, 4096, 8, 1);
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 16) << "TODO 7";
+  EXPECT_EQ(sp.blocks_per_split, 256) << "block size 1: 256 blocks are the 256-key minimum (TODO 7)";
+}
+
+TEST(Stage04Plan, FixedSplitCount) {
+  const AttentionParams p = sizes(2, 130);  // 9 blocks
+  const stage04::SplitPlan sp = stage04::plan_fixed(p, 8);
+  EXPECT_EQ(sp.num_splits, 8);
+  EXPECT_EQ(sp.blocks_per_split, 2);
+  expect_error([&] { stage04::plan_fixed(p, 65); }, "num_splits 65");
+}
+
+}  // namespace
+}  // namespace pa::test
