@@ -79,7 +79,9 @@ void forward(const AttentionParams& p, const BatchMeta& meta, Workspace& ws, cud
   const int Hkv = p.kv.num_kv_heads, D = p.kv.head_dim;
   ws.k.resize(static_cast<size_t>(std::max(meta.max_seq_len, 1)) * Hkv * D);
   ws.v.resize(ws.k.size());
-  const size_t smem = static_cast<size_t>(meta.max_seq_len) * sizeof(float);
+  // Rounded up to whole 16-byte vectors: nvcc reads scores[] four floats at a
+  // time, also in the loop's tail, so the allocation must end on a 16-byte boundary.
+  const size_t smem = (static_cast<size_t>(meta.max_seq_len) + 3) / 4 * 4 * sizeof(float);
   for (int r = 0; r < meta.num_requests(); ++r) {
     const int q_len = meta.q_len(r), seq_len = meta.seq_lens[r];
     if (q_len == 0) continue;
