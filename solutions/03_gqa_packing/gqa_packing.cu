@@ -108,20 +108,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   const int pos0 = seq_len - q_len;  // position of the request's query 0
   const int pad_mask = (1 << pk.group_shift) - 1;
 
-  //@ TODO 2: key ranges: [0, kv_end) for the tile, [0, warp_kv_end) for this warp, unmasked below warp_unmasked_end
-  const int tile_last = min(q_len, tile_first + block_q) - 1;
-  const int kv_end = pos0 + tile_last + 1;  // keys after the tile's last query are masked for every row
-  // A warp's 16 rows span a few tokens: it needs keys up to its last real token's
-  // position and masks nothing below its first token's position.
-  const int warp_first_tok = tile_first + ((warp * 16) >> pk.group_shift);
-  const int warp_last_tok = min(q_len - 1, tile_first + ((warp * 16 + 15) >> pk.group_shift));
-  const int warp_kv_end = warp_first_tok < q_len ? pos0 + warp_last_tok + 1 : 0;  // 0: only padding rows
-  const int warp_unmasked_end = pos0 + warp_first_tok + 1;
-  //@ skeleton
-  //@ const int kv_end = 0, warp_kv_end = 0, warp_unmasked_end = 0;  // placeholder: no keys at all
-  //@ if (threadIdx.x == 0) PA_TODO(2);
-  //@ end
-
   // ---- Q tile -> shared memory (one cp.async group)
   for (int i = 0; i < T::ROWS * CHUNKS / T::NUM_THREADS; ++i) {
     const int c = threadIdx.x + i * T::NUM_THREADS;
@@ -140,6 +126,20 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     cp_async_16(q_s + swizzle<HEAD_DIM>(row, chunk), real ? p.q + q_row * HEAD_DIM + chunk * 8 : p.q, real);
   }
   cp_async_commit();
+
+  //@ TODO 2: key ranges: [0, kv_end) for the tile, [0, warp_kv_end) for this warp, unmasked below warp_unmasked_end
+  const int tile_last = min(q_len, tile_first + block_q) - 1;
+  const int kv_end = pos0 + tile_last + 1;  // keys after the tile's last query are masked for every row
+  // A warp's 16 rows span a few tokens: it needs keys up to its last real token's
+  // position and masks nothing below its first token's position.
+  const int warp_first_tok = tile_first + ((warp * 16) >> pk.group_shift);
+  const int warp_last_tok = min(q_len - 1, tile_first + ((warp * 16 + 15) >> pk.group_shift));
+  const int warp_kv_end = warp_first_tok < q_len ? pos0 + warp_last_tok + 1 : 0;  // 0: only padding rows
+  const int warp_unmasked_end = pos0 + warp_first_tok + 1;
+  //@ skeleton
+  //@ const int kv_end = 0, warp_kv_end = 0, warp_unmasked_end = 0;  // placeholder: no keys at all
+  //@ if (threadIdx.x == 0) PA_TODO(2);
+  //@ end
 
   // ---- K/V tile `tile` -> ring buffer `stage`, 16 bytes per copy, each key's
   // row found through the block table. Keys at or past kv_end are zero-filled:
@@ -373,11 +373,13 @@ void run(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
 // Decode-like batches (every request's tile fits 16 rows: decodes, short verify
 // blocks) get one warp per program, so 64 decodes x 8 KV heads make 512 small
 // programs, ~4 resident per SM, each keeping 2 K/V tiles of 16 KB in flight.
-// Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256).
+// Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
+// their registers (~220 per lane) allow one program per SM anyway, so the shared
+// memory for a third stage (128 KB in all for head_dim 128) costs nothing.
 template <int HEAD_DIM>
 void dispatch(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
   using Decode = Tiling<HEAD_DIM, 1, 4096 / HEAD_DIM, 3>;
-  using Prefill = Tiling<HEAD_DIM, 8, (HEAD_DIM <= 128 ? 64 : 32), 2>;
+  using Prefill = Tiling<HEAD_DIM, 8, (HEAD_DIM <= 128 ? 64 : 32), 3>;
   if ((p.batch.max_query_len << pk.group_shift) <= Decode::ROWS) {
     run<Decode>(p, pk, stream);
   } else {
