@@ -21,6 +21,7 @@ std::vector<Case> stage03_cases() {
   std::vector<Case> cases = basic_cases();
   // Every group size on the milestone batch (mixed: the 128-row prefill tile).
   cases.push_back({"Milestone_Group1_D128_Block16", grouped(1, 128, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group2_D64_Block16", grouped(2, 64, 16), milestone_requests()});
   cases.push_back({"Milestone_Group5_D128_Block16", grouped(5, 128, 16), milestone_requests()});
   cases.push_back({"Milestone_Group6_D64_Block16", grouped(6, 64, 16), milestone_requests()});
   cases.push_back({"Milestone_Group7_D128_Block16", grouped(7, 128, 16), milestone_requests()});
@@ -52,6 +53,11 @@ std::vector<Case> stage03_cases() {
                    BuildOptions{.seed = 23}});
   cases.push_back({"RandomMixed_Group8_D64_Block1", grouped(8, 64, 1), random_mixed_requests(29, 5, 90),
                    BuildOptions{.seed = 29}});
+  if (kGpuBuild) {
+    // Full size on a GPU: a long prompt (many 128-row tiles, heaviest first) beside long decodes.
+    cases.push_back({"Gpu_Prompt1024WithDecodes_Qwen3Shape", config(32, 8, 128, 16), {{1024, 1024}, {1, 3000}, {1, 4096}}});
+    cases.push_back({"Gpu_Decode64x1024_Qwen3Shape", config(32, 8, 128, 16), decode_requests(64, 1024)});
+  }
   return cases;
 }
 
