@@ -31,7 +31,7 @@ namespace {
 
 constexpr int MAX_GROUP = 8;
 constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
+[[maybe_unused]] constexpr float LN2 = 0.6931471805599453f;  // unused by the skeleton's placeholders
 
 // The shape of one program. Two are instantiated per head_dim (see forward()):
 // a one-warp tile for decode-like batches, whose few rows per request would leave
@@ -75,7 +75,7 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Two floats as the bf16x2 register an MMA operand expects (lo in the low half).
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+[[maybe_unused]] __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   uint32_t bits;
   memcpy(&bits, &v, sizeof(bits));
@@ -269,6 +269,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   }
 
   // TODO 6: write the real rows: out = o / l (exact 0 for an empty row), lse = m * scale + log(l)
+  (void)m;
   for (int i = 0; i < 2; ++i) {
     const int row = warp * 16 + g + 8 * i;
     const int token = tile_first + (row >> pk.group_shift);
