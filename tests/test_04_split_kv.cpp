@@ -53,6 +53,10 @@ std::vector<SplitCase> stage04_cases() {
       {{"Qwen3Shape_Splits8", config(32, 8, 128, 16), ragged_decodes()}, 8},
       {{"Qwen3Shape_SplitsAuto", config(32, 8, 128, 16), ragged_decodes()}, kAuto},
       {{"Group4_D64_Block16_Splits1", config(8, 2, 64, 16), ragged_decodes()}, 1},
+      // The most splits allowed: one block each, most of them empty for every request.
+      {{"Qwen3Shape_Splits64", config(32, 8, 128, 16), ragged_decodes()}, 64},
+      // Long splits: many steps of the key loop per program, the running max moving.
+      {{"Group4_D128_LongContexts_Splits3", config(8, 2, 128, 16), {{1, 2000}, {1, 1500}}}, 3},
       // One request of one KV head: the automatic plan splits it even on a 2-core CPU.
       {{"OneLongRequest_MHA_SplitsAuto", config(1, 1, 64, 16), {{1, 1200}}}, kAuto},
       // Block sizes: one key per block (a table lookup per key), 64, and 256 (> a split's keys).

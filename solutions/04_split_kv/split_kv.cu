@@ -55,13 +55,23 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float (&f)[8])
   }
 }
 
+// Programs an SM must hold at once: 3 keep 12 warps' loads in flight and cap a
+// thread at 170 registers (65536 / (3 x 128)), which groups up to 6 fit without
+// spilling; groups 7 and 8 hold 2 x 64 query and output registers and get 2.
+template <int GROUP>
+constexpr int min_programs_per_sm() {
+  return GROUP <= 6 ? 3 : 2;
+}
+
 template <int HEAD_DIM, int GROUP>
-__global__ void __launch_bounds__(NUM_THREADS) split_kv_kernel(AttentionParams p, Partials part) {
+__global__ void __launch_bounds__(NUM_THREADS, min_programs_per_sm<GROUP>())
+    split_kv_kernel(AttentionParams p, Partials part) {
   constexpr int LANES_PER_KEY = HEAD_DIM / 8;           // threads per K/V row: 8, 16, 32
   constexpr int NUM_SLOTS = NUM_THREADS / LANES_PER_KEY;  // keys read side by side: 16, 8, 4
-  // Loads in flight per thread before the first use. Large groups hold more
-  // query and output registers, so they keep fewer keys in flight.
-  constexpr int KEYS_PER_SLOT = GROUP <= 4 ? 8 : 4;
+  // Keys whose loads a thread issues before the first use. Larger groups hold
+  // more query and output registers (2 x 8 x GROUP), so they keep fewer keys in
+  // flight; chosen so that no variant spills under min_programs_per_sm.
+  constexpr int KEYS_PER_SLOT = GROUP <= 3 ? 8 : (GROUP == 4 ? 6 : 4);
   constexpr int TILE_K = NUM_SLOTS * KEYS_PER_SLOT;     // keys per step of the whole block
   static_assert(HEAD_DIM % 8 == 0 && NUM_THREADS % LANES_PER_KEY == 0 && LANES_PER_KEY <= 32, "row split");
   __shared__ float m_s[NUM_SLOTS][GROUP];                           // each slot's running max
@@ -80,6 +90,7 @@ __global__ void __launch_bounds__(NUM_THREADS) split_kv_kernel(AttentionParams p
   const int kv_end = min(seq_len, kv_start + part.keys_per_split);
   //@ skeleton
   //@ const int kv_start = 0, kv_end = 0;  // placeholder: no keys at all
+  //@ (void)split, (void)seq_len;
   //@ if (threadIdx.x == 0) PA_TODO(1);
   //@ end
 
@@ -101,7 +112,8 @@ __global__ void __launch_bounds__(NUM_THREADS) split_kv_kernel(AttentionParams p
   const size_t slot_stride = static_cast<size_t>(p.kv.num_kv_heads) * HEAD_DIM;  // elements per cache slot
   const bf16* k_head = p.kv.k_cache + kv_head * HEAD_DIM + lane * 8;  // + slot * slot_stride: this thread's 16 B
   const bf16* v_head = p.kv.v_cache + kv_head * HEAD_DIM + lane * 8;
-  const int block_size = p.kv.block_size;
+  // block_size is a power of two: shift and mask instead of an integer division per key.
+  const int block_shift = __ffs(p.kv.block_size) - 1, block_mask = p.kv.block_size - 1;
 
   // The loop bound is the same for every thread of the block, so all lanes of a
   // warp reach the shuffles together; keys past kv_end are masked, not skipped.
@@ -115,13 +127,14 @@ __global__ void __launch_bounds__(NUM_THREADS) split_kv_kernel(AttentionParams p
       k_raw[u] = make_uint4(0, 0, 0, 0);
       v_raw[u] = make_uint4(0, 0, 0, 0);
       if (pos < kv_end) {
-        const size_t cache_slot = static_cast<size_t>(table[pos / block_size]) * block_size + pos % block_size;
+        const size_t cache_slot = (static_cast<size_t>(table[pos >> block_shift]) << block_shift) + (pos & block_mask);
         k_raw[u] = *reinterpret_cast<const uint4*>(k_head + cache_slot * slot_stride);
         v_raw[u] = *reinterpret_cast<const uint4*>(v_head + cache_slot * slot_stride);
       }
     }
     //@ skeleton
     //@ for (int u = 0; u < KEYS_PER_SLOT; ++u) k_raw[u] = v_raw[u] = make_uint4(0, 0, 0, 0);
+    //@ (void)key0, (void)table, (void)slot_stride, (void)k_head, (void)v_head, (void)block_shift, (void)block_mask;
     //@ if (threadIdx.x == 0 && tile_start == kv_start) PA_TODO(2);
     //@ end
 
@@ -289,7 +302,7 @@ __global__ void __launch_bounds__(NUM_THREADS) merge_splits_kernel(AttentionPara
     }
   }
   //@ skeleton
-  //@ (void)split_stride;
+  //@ (void)split_stride, (void)BATCH;
   //@ if (threadIdx.x == 0) PA_TODO(6);
   //@ end
 
@@ -405,7 +418,7 @@ SplitPlan plan(const AttentionParams& p, int num_sms) {
   const int blocks_per_split = ceil_div(num_blocks, num_splits);
   return SplitPlan{ceil_div(num_blocks, blocks_per_split), blocks_per_split};
   //@ skeleton
-  //@ (void)num_blocks, (void)programs, (void)num_sms;
+  //@ (void)num_blocks, (void)programs, (void)num_sms, (void)MIN_KEYS_PER_SPLIT;
   //@ PA_TODO_HOST(7, "04_split_kv");
   //@ end
 }
