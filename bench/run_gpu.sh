@@ -43,8 +43,8 @@ fi
 
 if ((!skip_sanitizer)) && command -v compute-sanitizer >/dev/null; then
   step compute-sanitizer
-  for t in build/gpu/tests/test_02_fused_paged_solutions build/gpu/tests/test_01_reference_gather_solutions; do
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$t" --gtest_filter='Cases/*Milestone*:Cases/*Padding*' \
+  for t in build/gpu/tests/test_0*_solutions; do
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$t" --gtest_filter='*Milestone_Group*:*Padding*:*Decode*Group*' \
       >> "$out/sanitizer.log" 2>&1 || { status=1; echo "memcheck failed: $t"; }
   done
   tail -3 "$out/sanitizer.log"
@@ -64,5 +64,6 @@ if ((!skip_bench)); then
   tail -3 "$out/torch.log"
   step plots
   python3 plots/plot_bench.py --bench "$out/bench.json" --torch "$out/torch.json" --out "$out" || status=1
+  python3 plots/summarize.py --bench "$out/bench.json" --torch "$out/torch.json" | tee "$out/summary.md"
 fi
 exit $status
