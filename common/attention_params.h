@@ -39,14 +39,30 @@ struct BatchView {
   bool decode_only;            // every q_len <= 1
 };
 
-// The paged KV cache (bf16 here; stage 05 adds 8-bit codes with scales).
+// How the cache stores K and V (stage 05). The 8-bit formats keep one byte per
+// element plus one fp32 scale per (token, KV head), symmetric around zero:
+// value = code * scale (common/quant.cuh has the exact rules).
+enum class KvFormat : uint8_t {
+  bf16,      // k_cache / v_cache hold the values
+  int8,      // k_codes / v_codes hold int8 codes, scale = max|x| / 127
+  fp8_e4m3,  // k_codes / v_codes hold e4m3 codes, scale = max|x| / 448
+};
+
+// The paged KV cache. One slot = one token's rows of all KV heads; slot s is
+// block s / block_size, offset s % block_size. The first six members come first
+// so that PagedKV{k, v, blocks, block_size, heads, dim} still builds a bf16 cache.
 struct PagedKV {
-  bf16* k_cache;   // [num_blocks, block_size, num_kv_heads, head_dim]
-  bf16* v_cache;   // [num_blocks, block_size, num_kv_heads, head_dim]
+  bf16* k_cache;   // [num_blocks, block_size, num_kv_heads, head_dim]  bf16 format; null for 8-bit
+  bf16* v_cache;   // [num_blocks, block_size, num_kv_heads, head_dim]  bf16 format; null for 8-bit
   int num_blocks;
   int block_size;    // power of two, 1..256
   int num_kv_heads;
   int head_dim;      // 64, 128 or 256
+  KvFormat format = KvFormat::bf16;
+  uint8_t* k_codes = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] one byte per element, null for bf16
+  uint8_t* v_codes = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] one byte per element, null for bf16
+  float* k_scale = nullptr;    // [num_blocks, block_size, num_kv_heads] per (token, KV head), null for bf16
+  float* v_scale = nullptr;    // [num_blocks, block_size, num_kv_heads] per (token, KV head), null for bf16
 };
 
 // Everything an attention launcher receives, passed to kernels by value.

@@ -4,6 +4,7 @@
 #include "cuda_compat.cuh"
 #include "launch.cuh"
 #include "batch_ops.h"
+#include "quant.cuh"
 
 namespace pa {
 namespace {
@@ -24,6 +25,51 @@ __global__ void write_kv_kernel(PagedKV kv, const bf16* __restrict__ k_new,  // 
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
     k_dst[c] = k_src[c];
     v_dst[c] = v_src[c];
+  }
+}
+
+// One program per new token, one warp per head row: warp w quantizes rows
+// w, w + WARPS, ... of the token's 2 x num_kv_heads rows (K rows, then V rows).
+// A head row (<= 256 values) fits a warp's registers, 8 per lane at most, so
+// max|x| is a warp butterfly with no shared memory and no block barrier, and
+// each value is read once. Lane l owns dims l, l + 32, ...: every load and store
+// of the warp covers 32 consecutive elements.
+constexpr int QUANT_WARPS = 4;
+constexpr int QUANT_MAX_PER_LANE = 256 / 32;  // head_dim <= 256
+
+template <KvFormat F>
+__global__ void write_kv_quantized_kernel(PagedKV kv, const bf16* __restrict__ k_new,  // [num_tokens, Hkv, D]
+                                          const bf16* __restrict__ v_new,              // [num_tokens, Hkv, D]
+                                          const int* __restrict__ slot_mapping) {      // [num_tokens]
+  const int token = blockIdx.x;
+  const int slot = slot_mapping[token];
+  if (slot < 0) return;  // padding row: the whole block leaves, no warp is left waiting
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int Hkv = kv.num_kv_heads, D = kv.head_dim;
+  for (int row = warp; row < 2 * Hkv; row += QUANT_WARPS) {  // warp-uniform: all lanes shuffle together
+    const bool is_v = row >= Hkv;
+    const int head = is_v ? row - Hkv : row;
+    const bf16* src = (is_v ? v_new : k_new) + (static_cast<size_t>(token) * Hkv + head) * D;  // [D]
+    uint8_t* codes = (is_v ? kv.v_codes : kv.k_codes) + (static_cast<size_t>(slot) * Hkv + head) * D;  // [D]
+    float* scale_out = (is_v ? kv.v_scale : kv.k_scale) + static_cast<size_t>(slot) * Hkv + head;
+
+    float x[QUANT_MAX_PER_LANE];  // this lane's dims lane + 32 i
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QUANT_MAX_PER_LANE; ++i) {
+      const int d = lane + 32 * i;
+      x[i] = d < D ? __bfloat162float(src[d]) : 0.0f;
+      amax = nan_max(amax, fabsf(x[i]));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float scale = row_scale<F>(amax);  // every lane holds the same amax, so the same scale
+#pragma unroll
+    for (int i = 0; i < QUANT_MAX_PER_LANE; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) codes[d] = quantize<F>(x[i], scale);
+    }
+    if (lane == 0) *scale_out = scale;
   }
 }
 
@@ -73,6 +119,21 @@ void clear_padding_rows(const AttentionParams& p, cudaStream_t stream) {
 void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
               int num_tokens, cudaStream_t stream) {
   launch(write_kv_kernel, dim3(num_tokens), dim3(128), 0, stream, kv, k_new, v_new, slot_mapping);
+}
+
+void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
+                        int num_tokens, cudaStream_t stream) {
+  PA_REQUIRE(is_quantized(kv.format), "write_kv_quantized: the cache format is bf16; use write_kv");
+  PA_REQUIRE(kv.k_codes && kv.v_codes && kv.k_scale && kv.v_scale,
+             std::string("write_kv_quantized: a ") + name(kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(kv.head_dim > 0 && kv.head_dim % 32 == 0 && kv.head_dim <= 32 * QUANT_MAX_PER_LANE,
+             "write_kv_quantized: head_dim " + std::to_string(kv.head_dim) + " is not a multiple of 32 up to 256");
+  const dim3 grid(num_tokens), block(32 * QUANT_WARPS);
+  if (kv.format == KvFormat::int8) {
+    launch(write_kv_quantized_kernel<KvFormat::int8>, grid, block, 0, stream, kv, k_new, v_new, slot_mapping);
+  } else {
+    launch(write_kv_quantized_kernel<KvFormat::fp8_e4m3>, grid, block, 0, stream, kv, k_new, v_new, slot_mapping);
+  }
 }
 
 }  // namespace pa

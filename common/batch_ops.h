@@ -12,6 +12,14 @@ namespace pa {
 void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
               int num_tokens, cudaStream_t stream = nullptr);
 
+// The 8-bit write path (stage 05): quantizes each new token's K and V head rows
+// (common/quant.cuh: scale = max|x| / 127 or 448, one per (token, KV head)) and
+// stores codes into kv.k_codes / kv.v_codes and scales into kv.k_scale /
+// kv.v_scale at the token's slot. kv.format must be int8 or fp8_e4m3.
+// k_new, v_new: [num_tokens, num_kv_heads, head_dim] bf16; slot_mapping as write_kv.
+void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
+                        int num_tokens, cudaStream_t stream = nullptr);
+
 // Rows [batch.first_padding_row, batch.num_tokens) belong to no request: out := 0,
 // lse := -inf. A no-op when there are none.
 void clear_padding_rows(const AttentionParams& p, cudaStream_t stream = nullptr);

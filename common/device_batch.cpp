@@ -1,6 +1,10 @@
 #include "device_batch.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "batch_ops.h"
+#include "quant.cuh"
 
 namespace pa {
 
@@ -16,7 +20,24 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   const AttentionConfig& c = p.cfg;
   const size_t q_elems = static_cast<size_t>(m.num_tokens) * c.num_q_heads * c.head_dim;
   const size_t cache_elems = static_cast<size_t>(p.num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
-  if (!p.q.empty()) {
+  const bool quantized = is_quantized(c.kv_format);
+  if (quantized && !p.q.empty()) {
+    // The cache is the host-quantized history; the bf16 copy is the oracle's.
+    q.upload(p.q);
+    k_codes.upload(p.k_codes);
+    v_codes.upload(p.v_codes);
+    k_scale.upload(p.k_scale);
+    v_scale.upload(p.v_scale);
+    k_new.upload(p.k_new);
+    v_new.upload(p.v_new);
+  } else if (quantized) {
+    q.resize(q_elems);
+    fill_random(q.data(), q_elems, 1, stream);
+    k_codes.resize(cache_elems);
+    v_codes.resize(cache_elems);
+    k_scale.resize(static_cast<size_t>(p.num_blocks) * c.block_size * c.num_kv_heads);
+    v_scale.resize(k_scale.size());
+  } else if (!p.q.empty()) {
     q.upload(p.q);
     k_cache.upload(p.k_cache);
     v_cache.upload(p.v_cache);
@@ -46,6 +67,13 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   a.lse = lse.data();
   a.kv = PagedKV{k_cache.data(), v_cache.data(), p.num_blocks, p.cfg.block_size, p.cfg.num_kv_heads,
                  p.cfg.head_dim};
+  if (quantized) {
+    a.kv.format = c.kv_format;
+    a.kv.k_codes = k_codes.data();
+    a.kv.v_codes = v_codes.data();
+    a.kv.k_scale = k_scale.data();
+    a.kv.v_scale = v_scale.data();
+  }
   a.batch = BatchView{query_start_loc.data(), seq_lens.data(), block_table.data(), slot_mapping.data(),
                       m.num_requests(), m.num_tokens, m.query_start_loc.back(), m.max_blocks_per_seq, m.max_query_len,
                       m.max_seq_len, m.decode_only};
@@ -54,8 +82,36 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   a.window = p.cfg.window;
   a.sinks = p.cfg.with_sinks ? sinks.data() : nullptr;
 
-  if (!p.k_new.empty()) write_kv(a.kv, k_new.data(), v_new.data(), slot_mapping.data(), m.num_tokens, stream);
+  if (quantized && p.q.empty()) fill_random_quantized(p.num_blocks * c.block_size, stream);
+  if (!p.k_new.empty()) {
+    if (quantized) {
+      write_kv_quantized(a.kv, k_new.data(), v_new.data(), slot_mapping.data(), m.num_tokens, stream);
+    } else {
+      write_kv(a.kv, k_new.data(), v_new.data(), slot_mapping.data(), m.num_tokens, stream);
+    }
+  }
   poison_outputs();
+}
+
+// Benchmarks (fill_values = false) with an 8-bit cache: random bf16 rows made on
+// the device and quantized into every slot by the write path itself, a chunk of
+// slots at a time, so the bf16 staging buffers stay small next to the cache.
+void DeviceBatch::fill_random_quantized(int num_slots, cudaStream_t stream) {
+  const AttentionParams& a = params_;
+  const int chunk = std::min(num_slots, 16384);
+  const size_t row_elems = static_cast<size_t>(a.kv.num_kv_heads) * a.kv.head_dim;
+  DeviceBuffer<bf16> k_rows(chunk * row_elems), v_rows(chunk * row_elems);  // [chunk, Hkv, D] each
+  std::vector<int> slots(chunk);
+  DeviceBuffer<int> slot_ids(chunk);
+  for (int first = 0, c = 0; first < num_slots; first += chunk, ++c) {
+    const int n = std::min(chunk, num_slots - first);
+    std::iota(slots.begin(), slots.begin() + n, first);
+    PA_CHECK(cudaMemcpy(slot_ids.data(), slots.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+    fill_random(k_rows.data(), n * row_elems, 2 + 2 * static_cast<uint64_t>(c), stream);
+    fill_random(v_rows.data(), n * row_elems, 3 + 2 * static_cast<uint64_t>(c), stream);
+    write_kv_quantized(a.kv, k_rows.data(), v_rows.data(), slot_ids.data(), n, stream);
+  }
+  PA_CHECK(cudaStreamSynchronize(stream));  // the staging buffers are freed on return
 }
 
 void DeviceBatch::poison_outputs() {

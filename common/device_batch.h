@@ -1,5 +1,7 @@
 // A Problem on the device: validated metadata, queries, the paged cache with
 // this step's K/V written through slot_mapping, and poisoned outputs.
+// 8-bit formats: the device cache is codes + scales only (k_cache / v_cache stay
+// empty, params().kv.k_cache is null); new tokens go through write_kv_quantized.
 #pragma once
 
 #include <vector>
@@ -24,9 +26,13 @@ class DeviceBatch {
   DeviceBuffer<bf16> q, out, k_cache, v_cache, k_new, v_new;
   DeviceBuffer<float> lse, sinks;
   DeviceBuffer<int> query_start_loc, seq_lens, block_table, slot_mapping;
+  DeviceBuffer<uint8_t> k_codes, v_codes;  // 8-bit formats: [num_blocks, block_size, num_kv_heads, head_dim]
+  DeviceBuffer<float> k_scale, v_scale;    // 8-bit formats: [num_blocks, block_size, num_kv_heads]
 
  private:
   AttentionParams params_{};
+
+  void fill_random_quantized(int num_slots, cudaStream_t stream);
 };
 
 std::vector<float> to_float(const std::vector<bf16>& x);

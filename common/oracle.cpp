@@ -5,9 +5,46 @@
 #include <limits>
 #include <thread>
 
+#include "quant.cuh"
+
 namespace pa {
 
 std::vector<float> logical_kv(const Problem& p, int r, bool values) {
+  return logical_kv(p, r, values, KvSource::stored);
+}
+
+std::vector<float> logical_kv(const Problem& p, int r, bool values, KvSource source) {
+  const KvFormat format = p.cfg.kv_format;
+  if (source == KvSource::stored && is_quantized(format)) {
+    // Dequantized: code * scale per element, in fp32 as the kernels compute it.
+    const BatchMeta& m = p.meta;
+    const int Hkv = p.cfg.num_kv_heads, D = p.cfg.head_dim, bs = p.cfg.block_size;
+    const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
+    const auto& codes = values ? p.v_codes : p.k_codes;
+    const auto& scales = values ? p.v_scale : p.k_scale;
+    const auto& fresh = values ? p.v_new : p.k_new;
+    std::vector<uint8_t> fresh_codes(D);
+    std::vector<float> kv(static_cast<size_t>(seq_len) * Hkv * D);
+    for (int pos = 0; pos < seq_len; ++pos) {
+      for (int h = 0; h < Hkv; ++h) {
+        const uint8_t* code;
+        float scale;
+        if (pos < seq_len - q_len) {
+          const size_t row = (static_cast<size_t>(m.block_id(r, pos, bs)) * bs + pos % bs) * Hkv + h;
+          code = &codes[row * D];
+          scale = scales[row];
+        } else {
+          // This step's token: quantized as the write path will store it.
+          const size_t t = static_cast<size_t>(m.query_start_loc[r]) + (pos - (seq_len - q_len));
+          scale = quantize_row(format, &fresh[(t * Hkv + h) * D], D, fresh_codes.data());
+          code = fresh_codes.data();
+        }
+        float* dst = &kv[(static_cast<size_t>(pos) * Hkv + h) * D];
+        for (int d = 0; d < D; ++d) dst[d] = dequantize(format, code[d], scale);
+      }
+    }
+    return kv;
+  }
   const BatchMeta& m = p.meta;
   const int Hkv = p.cfg.num_kv_heads, D = p.cfg.head_dim, bs = p.cfg.block_size;
   const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
@@ -29,7 +66,9 @@ std::vector<float> logical_kv(const Problem& p, int r, bool values) {
   return kv;
 }
 
-OracleResult reference_attention(const Problem& p) {
+OracleResult reference_attention(const Problem& p) { return reference_attention(p, KvSource::stored); }
+
+OracleResult reference_attention(const Problem& p, KvSource source) {
   const BatchMeta& m = p.meta;
   const AttentionConfig& c = p.cfg;
   const int Hq = c.num_q_heads, Hkv = c.num_kv_heads, D = c.head_dim, group = c.group();
@@ -44,7 +83,7 @@ OracleResult reference_attention(const Problem& p) {
   auto work = [&](int r) {
     const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
     if (q_len == 0) return;
-    const std::vector<float> k = logical_kv(p, r, false), v = logical_kv(p, r, true);
+    const std::vector<float> k = logical_kv(p, r, false, source), v = logical_kv(p, r, true, source);
     std::vector<double> s;
     for (int h = 0; h < Hq; ++h) {
     const int kvh = h / group;

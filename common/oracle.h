@@ -18,9 +18,26 @@ struct OracleResult {
 // query head h reads KV head h / (Hq / Hkv); with sinks, exp(sink[h]) joins the
 // denominator and contributes no value. K/V at positions before this step come
 // from the cache through the block table, this step's from k_new / v_new.
+// 8-bit caches (p.cfg.kv_format int8 / fp8_e4m3): on the DEQUANTIZED cache,
+// which is what the kernels must match: history from p.k_codes / p.k_scale, and
+// this step's k_new / v_new quantized with the write path's rule (common/quant.cuh).
 OracleResult reference_attention(const Problem& p);
+
+// Which K/V values the oracle reads.
+enum class KvSource {
+  stored,          // what the cache holds: bf16 values, or dequantized codes for 8-bit formats
+  full_precision,  // the bf16 values before quantization (the same as `stored` for a bf16 cache)
+};
+
+OracleResult reference_attention(const Problem& p, KvSource source);
+// On the bf16 values before quantization: reference_attention(p) minus this is
+// the error an 8-bit cache adds to the attention output (stage 05 measures it).
+inline OracleResult reference_attention_full_precision(const Problem& p) {
+  return reference_attention(p, KvSource::full_precision);
+}
 
 // Logical K or V of one request as [seq_len, num_kv_heads, head_dim] floats.
 std::vector<float> logical_kv(const Problem& p, int request, bool values);
+std::vector<float> logical_kv(const Problem& p, int request, bool values, KvSource source);
 
 }  // namespace pa

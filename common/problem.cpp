@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "check.h"
+#include "quant.cuh"
 
 namespace pa {
 
@@ -25,6 +26,7 @@ std::string AttentionConfig::describe() const {
   s << "Hq=" << num_q_heads << " Hkv=" << num_kv_heads << " D=" << head_dim << " block=" << block_size;
   if (window) s << " window=" << window;
   if (with_sinks) s << " sinks";
+  if (kv_format != KvFormat::bf16) s << " kv=" << name(kv_format);
   return s.str();
 }
 
@@ -103,6 +105,8 @@ void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
 }
 
 size_t Problem::kv_token_bytes() const {
+  // 8-bit: per KV head, head_dim one-byte codes plus one fp32 scale, for K and V.
+  if (is_quantized(cfg.kv_format)) return 2ull * cfg.num_kv_heads * (cfg.head_dim * sizeof(uint8_t) + sizeof(float));
   return 2ull * cfg.num_kv_heads * cfg.head_dim * sizeof(bf16);
 }
 
@@ -194,6 +198,25 @@ Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>
   if (cfg.with_sinks) {
     p.sinks.resize(Hq);
     for (auto& s : p.sinks) s = normal(gen);
+  }
+  if (is_quantized(cfg.kv_format)) {
+    // After every random draw, so the format never changes the values: an int8
+    // and a bf16 Problem with the same seed hold the same full-precision data.
+    const size_t num_slots = static_cast<size_t>(p.num_blocks) * bs;
+    p.k_codes.assign(cache_elems, 0xFF);  // int8 -1, e4m3 NaN; the NaN scale poisons either way
+    p.v_codes.assign(cache_elems, 0xFF);
+    p.k_scale.assign(num_slots * Hkv, NAN);
+    p.v_scale.assign(num_slots * Hkv, NAN);
+    for (int r = 0; r < R; ++r) {
+      for (int pos = 0; pos < m.seq_lens[r] - m.q_len(r); ++pos) {
+        const size_t slot = static_cast<size_t>(m.block_id(r, pos, bs)) * bs + pos % bs;
+        for (int h = 0; h < Hkv; ++h) {
+          const size_t row = slot * Hkv + h;  // index of the (slot, head) scale; its codes start at row * D
+          p.k_scale[row] = quantize_row(cfg.kv_format, &p.k_cache[row * D], D, &p.k_codes[row * D]);
+          p.v_scale[row] = quantize_row(cfg.kv_format, &p.v_cache[row * D], D, &p.v_codes[row * D]);
+        }
+      }
+    }
   }
   return p;
 }

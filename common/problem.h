@@ -19,6 +19,7 @@ struct AttentionConfig {
   int block_size = 16;    // tokens per KV-cache block
   int window = 0;         // sliding window in positions, 0 = none
   bool with_sinks = false;  // one learned sink logit per query head
+  KvFormat kv_format = KvFormat::bf16;  // how the cache stores K/V (stage 05: int8, fp8_e4m3)
 
   int group() const { return num_q_heads / num_kv_heads; }
   float softmax_scale() const;
@@ -54,6 +55,11 @@ void validate_config(const AttentionConfig& cfg);
 // A complete input on the host: metadata, queries, this step's new K/V, and the
 // cache as it was before this step (history written, every other slot NaN so a
 // stray read poisons the output).
+// 8-bit formats (cfg.kv_format int8 / fp8_e4m3): k_cache / v_cache still hold the
+// full-precision history (the same values a bf16 Problem with the same seed has),
+// which the oracle's full-precision mode reads; the cache the kernels see is
+// k_codes / k_scale, that history quantized with common/quant.cuh. Unused slots:
+// codes 0xFF and scale NaN, so a stray read dequantizes to NaN.
 struct Problem {
   AttentionConfig cfg;
   BatchMeta meta;
@@ -64,8 +70,10 @@ struct Problem {
   std::vector<bf16> k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
   std::vector<bf16> v_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
   std::vector<float> sinks;   // [num_q_heads] when cfg.with_sinks, else empty
+  std::vector<uint8_t> k_codes, v_codes;  // [num_blocks, block_size, num_kv_heads, head_dim]  8-bit formats only
+  std::vector<float> k_scale, v_scale;    // [num_blocks, block_size, num_kv_heads]            8-bit formats only
 
-  size_t kv_token_bytes() const;  // bytes of K+V for one token of one layer
+  size_t kv_token_bytes() const;  // bytes of K+V for one token of one layer (8-bit: codes + scales)
   size_t kv_bytes_read() const;   // K/V bytes a read-once kernel must load (sum of seq_lens)
 };
 

@@ -1,0 +1,138 @@
+// 8-bit KV-cache formats (stage 05): the quantization rule, written once for
+// the host (batch builders, the oracle, tests) and the device (the write path,
+// and the attention kernels that dequantize K/V tiles in registers).
+//
+// Symmetric, one fp32 scale per head row (one token, one KV head, head_dim values):
+//   scale = max|x| / MAX_CODE          MAX_CODE = 127 (int8), 448 (largest finite e4m3)
+//   code  = encode(x / scale)          int8: round half to even, clamp to [-127, 127]
+//                                      e4m3: round to nearest even, saturate to +-448
+//   value = decode(code) * scale       what every kernel and the oracle compute, in fp32
+// Symmetric (no zero point) because K and V rows are roughly centred on zero, and
+// it keeps dequantization one multiply. -128 is never produced, so int8 stays
+// symmetric too.
+//
+// Special rows, chosen so bad data stays visible and good data never turns bad:
+//  - all zeros (+0 or -0): max|x| = 0, scale = 0; x / scale would be 0/0 = NaN,
+//    so a zero scale encodes every element as code 0. Dequantized: 0 * 0 = 0.
+//  - a NaN anywhere in the row: max|x| is NaN (the maximum below propagates NaN,
+//    fmaxf would drop it), so scale = NaN and the whole row dequantizes to NaN,
+//    as a NaN in a bf16 cache would reach the output. An infinity gives scale
+//    inf, and every element dequantizes to NaN or +-inf (0 * inf, +-127 * inf).
+//  - unused cache slots (tests) hold scale NaN: any read of them poisons the output.
+//
+// Bit-exact between host and device: max is exact, scale and x / scale are single
+// IEEE-rounded fp32 divisions (nvcc divides correctly rounded unless
+// -use_fast_math / -prec-div=false, which this project does not use), rintf and
+// the e4m3 conversion round to nearest even on both sides, and no expression has
+// a multiply-add that a compiler could fuse. tests/test_quant.cpp checks it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__) || defined(PA_HOST_CUDA_HEADERS)
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#endif
+
+#include "attention_params.h"
+
+namespace pa {
+
+// The element type a cache of format F stores: the template switch that lets one
+// kernel source read bf16 and 8-bit caches.
+template <KvFormat F>
+using kv_elem_t = std::conditional_t<F == KvFormat::bf16, bf16, uint8_t>;
+
+// max(a, b) that returns NaN when either is NaN (fmaxf returns the other one).
+// Order-independent for the values it sees (|x| >= +0), so a warp's butterfly
+// and the host's loop agree bit for bit.
+__host__ __device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+template <KvFormat F>
+struct KvCodec;  // int8 and fp8_e4m3 below; bf16 has no codes
+
+template <>
+struct KvCodec<KvFormat::int8> {
+  static constexpr float MAX_CODE = 127.0f;
+  // x is already divided by the scale. Round half to even (rintf in the default
+  // rounding mode; cvt.rni on the device), then clamp: the row's max element
+  // lands at 127 +- a few ulps before rounding, never past 127.5.
+  __host__ __device__ static uint8_t encode(float x) {
+    const float r = fminf(fmaxf(rintf(x), -MAX_CODE), MAX_CODE);
+    return static_cast<uint8_t>(static_cast<int8_t>(r));
+  }
+  __host__ __device__ static float decode(uint8_t code) { return static_cast<float>(static_cast<int8_t>(code)); }
+};
+
+template <>
+struct KvCodec<KvFormat::fp8_e4m3> {
+  static constexpr float MAX_CODE = 448.0f;  // S.1111.110; S.1111.111 is NaN, e4m3 has no infinity
+  // Round to nearest even with saturation (satfinite): a value past 448 becomes
+  // +-448, never NaN; NaN stays NaN (0x7f). 3 mantissa bits: relative error
+  // <= 2^-4 for |x| >= 2^-6 (normal range), absolute <= 2^-10 below (subnormals).
+  __host__ __device__ static uint8_t encode(float x) {
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+  }
+  __host__ __device__ static float decode(uint8_t code) {
+    __nv_fp8_e4m3 v;
+    v.__x = code;
+    return static_cast<float>(v);
+  }
+};
+
+// scale of a row whose largest magnitude is amax (NaN-propagating, see above).
+template <KvFormat F>
+__host__ __device__ __forceinline__ float row_scale(float amax) {
+  return amax / KvCodec<F>::MAX_CODE;
+}
+
+// One element: a zero scale (all-zero row) gives code 0 instead of encode(0/0).
+template <KvFormat F>
+__host__ __device__ __forceinline__ uint8_t quantize(float x, float scale) {
+  return scale == 0.0f ? uint8_t{0} : KvCodec<F>::encode(x / scale);
+}
+
+template <KvFormat F>
+__host__ __device__ __forceinline__ float dequantize(uint8_t code, float scale) {
+  return KvCodec<F>::decode(code) * scale;
+}
+
+// One head row, sequentially: x[n] -> codes[n], returns the scale. The host's
+// reference for what the device write path (common/batch_ops.cu) stores.
+template <KvFormat F>
+__host__ __device__ inline float quantize_row(const bf16* x, int n, uint8_t* codes) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = nan_max(amax, fabsf(__bfloat162float(x[i])));
+  const float scale = row_scale<F>(amax);
+  for (int i = 0; i < n; ++i) codes[i] = quantize<F>(__bfloat162float(x[i]), scale);
+  return scale;
+}
+
+// ---- runtime-format versions for host code (builders, oracle, tests).
+
+inline const char* name(KvFormat f) {
+  switch (f) {
+    case KvFormat::bf16: return "bf16";
+    case KvFormat::int8: return "int8";
+    case KvFormat::fp8_e4m3: return "fp8_e4m3";
+  }
+  return "?";
+}
+
+inline bool is_quantized(KvFormat f) { return f != KvFormat::bf16; }
+
+// Requires an 8-bit format (the bf16 cache has no codes).
+inline float quantize_row(KvFormat f, const bf16* x, int n, uint8_t* codes) {
+  return f == KvFormat::int8 ? quantize_row<KvFormat::int8>(x, n, codes)
+                             : quantize_row<KvFormat::fp8_e4m3>(x, n, codes);
+}
+
+inline float dequantize(KvFormat f, uint8_t code, float scale) {
+  return f == KvFormat::int8 ? dequantize<KvFormat::int8>(code, scale)
+                             : dequantize<KvFormat::fp8_e4m3>(code, scale);
+}
+
+}  // namespace pa
