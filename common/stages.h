@@ -41,15 +41,17 @@ void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 namespace stage04 {
 // Split-KV (Flash-Decoding) for decode-only batches (every q_len <= 1; a longer
 // query throws pa::Error naming the request). Program (request, KV head, split)
-// reads one block-aligned slice of the context for the whole GQA group and
-// writes a normalized partial output + lse; a merge kernel combines the splits.
+// runs stage 03's decode tile over one block-aligned slice of the context for
+// the whole GQA group and writes a normalized partial output + lse; a merge
+// kernel combines the splits.
 struct SplitPlan {
-  int num_splits;        // grid z; 1 = the split kernel writes out/lse itself, no merge
+  int num_splits;        // grid x of the split kernel; 1 = it writes out/lse itself, no merge
   int blocks_per_split;  // cache blocks per split: split s covers keys
                          //   [s * blocks_per_split * block_size, (s + 1) * ...) clipped to seq_len
 };
-// The dispatch rule (steps/04_split_kv/README.md): enough splits that
-// requests x KV heads x splits >= 2 x num_sms, each split >= 256 keys, at most 64.
+// The dispatch rule (steps/04_split_kv/README.md): as many splits as fit one
+// wave of 4 programs per SM (requests x KV heads x splits <= 4 x num_sms), each
+// split >= 256 keys, at most 64.
 SplitPlan plan(const AttentionParams& p, int num_sms);
 // Exactly num_splits splits (1..64) over max_seq_len; some may be empty. For tests.
 SplitPlan plan_fixed(const AttentionParams& p, int num_splits);

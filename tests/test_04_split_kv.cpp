@@ -57,6 +57,8 @@ std::vector<SplitCase> stage04_cases() {
       {{"Qwen3Shape_Splits64", config(32, 8, 128, 16), ragged_decodes()}, 64},
       // Long splits: many steps of the key loop per program, the running max moving.
       {{"Group4_D128_LongContexts_Splits3", config(8, 2, 128, 16), {{1, 2000}, {1, 1500}}}, 3},
+      // Splits of 224 keys: 3.5 of the tile's 64-key steps, so a split starts and ends mid-tile.
+      {{"Group3_D64_Block32_SplitsMidTile_Splits5", config(6, 2, 64, 32), {{1, 1000}, {1, 999}, {1, 450}}}, 5},
       // One request of one KV head: the automatic plan splits it even on a 2-core CPU.
       {{"OneLongRequest_MHA_SplitsAuto", config(1, 1, 64, 16), {{1, 1200}}}, kAuto},
       // Block sizes: one key per block (a table lookup per key), 64, and 256 (> a split's keys).
@@ -142,7 +144,8 @@ TEST(Stage04Errors, RejectsSlidingWindow) {
   expect_error([&] { stage04::forward(params); }, "no sliding window");
 }
 
-// The dispatch rule, on an H200's 132 SMs. plan() reads only the sizes.
+// The dispatch rule, on an H200's 132 SMs, where 4 decode tiles share an SM
+// (528 program slots). plan() reads only the sizes.
 AttentionParams sizes(int num_requests, int seq_len, int num_kv_heads = 8, int block_size = 16) {
   AttentionParams p{};
   p.batch.num_requests = num_requests;
@@ -157,6 +160,7 @@ AttentionParams sizes(int num_requests, int seq_len, int num_kv_heads = 8, int b
   return p;
 }
 constexpr int kH200Sms = 132;
+constexpr int kH200Slots = 4 * kH200Sms;  // decode tiles resident at once
 
 // Every plan covers the longest context with whole blocks and no split that is
 // always empty.
@@ -169,53 +173,67 @@ void expect_covers(const AttentionParams& p, const stage04::SplitPlan& sp) {
 TEST(Stage04Plan, ManyRequestsDoNotSplit) {
   const AttentionParams p = sizes(64, 4096);  // 512 programs: ~4 per SM already
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_EQ(sp.num_splits, 1) << "64 requests x 8 KV heads fill 132 SMs: splitting only adds merge work (TODO 7)";
+  EXPECT_EQ(sp.num_splits, 1) << "64 requests x 8 KV heads fill 132 SMs: splitting only adds merge work (TODO 4)";
   expect_covers(p, sp);
 }
 
-TEST(Stage04Plan, OneLongRequestSplitsForTwoWaves) {
+TEST(Stage04Plan, BatchBetweenOneAndTwoSlotsPerProgramDoesNotSplit) {
+  const AttentionParams p = sizes(48, 4096);  // 384 programs; 2 splits would make 768 > 528 slots
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 1) << "a second split would not fit in one wave of 4 programs per SM (TODO 4)";
+}
+
+TEST(Stage04Plan, OneLongRequestSplitsToTheCap) {
   const AttentionParams p = sizes(1, 32768);  // 8 programs without splitting
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_GE(8 * sp.num_splits, 2 * kH200Sms) << "1 x 32768 needs about two waves of programs (TODO 7)";
-  EXPECT_LE(sp.num_splits, 64) << "at most 64 splits (TODO 7)";
-  EXPECT_GE(sp.blocks_per_split * 16, 256) << "splits of at least 256 keys (TODO 7)";
+  EXPECT_GE(8 * sp.num_splits, 2 * kH200Sms) << "1 x 32768 needs programs on every SM, several each (TODO 4)";
+  EXPECT_EQ(sp.num_splits, 64) << "one wave would want 66 splits; at most 64 (TODO 4)";
+  EXPECT_EQ(sp.blocks_per_split, 32) << "2048 blocks in 64 splits (TODO 4)";
   expect_covers(p, sp);
 }
 
-TEST(Stage04Plan, FourLongRequestsSplitForTwoWaves) {
-  const AttentionParams p = sizes(4, 32768);
+TEST(Stage04Plan, FourLongRequestsFillOneWave) {
+  const AttentionParams p = sizes(4, 32768);  // 32 programs without splitting
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_GE(4 * 8 * sp.num_splits, 2 * kH200Sms) << "TODO 7";
-  EXPECT_LT(4 * 8 * (sp.num_splits - 1), 2 * kH200Sms) << "no more splits than two waves need (TODO 7)";
+  EXPECT_LE(4 * 8 * sp.num_splits, kH200Slots) << "no more programs than the GPU holds at once (TODO 4)";
+  EXPECT_GT(4 * 8 * (sp.num_splits + 1), kH200Slots) << "one more split would still fit (TODO 4)";
+  EXPECT_EQ(sp.num_splits, 16) << "TODO 4";
+  expect_covers(p, sp);
+}
+
+TEST(Stage04Plan, SixteenLongRequestsFillOneWave) {
+  const AttentionParams p = sizes(16, 32768);  // 128 programs without splitting
+  const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
+  EXPECT_EQ(sp.num_splits, 4) << "4 splits: 512 programs of 528 slots (TODO 4)";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, ShortContextDoesNotSplit) {
   const AttentionParams p = sizes(1, 200);  // fewer keys than one split's minimum
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_EQ(sp.num_splits, 1) << "a 200-token context is shorter than one split's minimum of 256 keys (TODO 7)";
+  EXPECT_EQ(sp.num_splits, 1) << "a 200-token context is shorter than one split's minimum of 256 keys (TODO 4)";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, MediumContextSplitsOnlyToTheMinimumSize) {
-  const AttentionParams p = sizes(1, 4096);  // two waves want 33 splits, 256-key splits allow 16
+  const AttentionParams p = sizes(1, 4096);  // one wave wants 66 splits, 256-key splits allow 16
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_EQ(sp.num_splits, 16) << "TODO 7";
-  EXPECT_EQ(sp.blocks_per_split, 16) << "TODO 7";
+  EXPECT_EQ(sp.num_splits, 16) << "TODO 4";
+  EXPECT_EQ(sp.blocks_per_split, 16) << "TODO 4";
 }
 
 TEST(Stage04Plan, VeryLongContextCapsTheSplitCount) {
-  const AttentionParams p = sizes(1, 1 << 20, 1, 16);  // one KV head: two waves would want 264 splits
+  const AttentionParams p = sizes(1, 1 << 20, 1, 16);  // one KV head: one wave would want 528 splits
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_EQ(sp.num_splits, 64) << "TODO 7";
+  EXPECT_EQ(sp.num_splits, 64) << "TODO 4";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, BlockSizeOneCountsKeysNotBlocks) {
   const AttentionParams p = sizes(1, 4096, 8, 1);
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
-  EXPECT_EQ(sp.num_splits, 16) << "TODO 7";
-  EXPECT_EQ(sp.blocks_per_split, 256) << "block size 1: 256 blocks are the 256-key minimum (TODO 7)";
+  EXPECT_EQ(sp.num_splits, 16) << "TODO 4";
+  EXPECT_EQ(sp.blocks_per_split, 256) << "block size 1: 256 blocks are the 256-key minimum (TODO 4)";
 }
 
 TEST(Stage04Plan, FixedSplitCount) {

@@ -1,315 +1,38 @@
 // Stage 03: GQA packing on tensor cores.
 //
-// Program (request r, query tile, KV head) owns a tile of ROWS = 16 * NUM_WARPS
-// rows, and a row is a (token, query head) pair: the tile holds BLOCK_Q tokens x
-// GROUP_PAD heads, all sharing one KV head,
-//     row m  ->  token tile_first + m / GROUP_PAD,  query head kv_head * GROUP + m % GROUP_PAD,
-// with GROUP = Hq / Hkv and GROUP_PAD the next power of two (rows of the padding
-// heads 3, 5, 6, 7 -> 4, 8, 8, 8 are zero queries that are never written). So
-// each K/V tile is loaded once for the whole group, and even a decode token
-// brings GROUP_PAD rows to the 16-row tensor-core MMA.
-//
-// Each warp owns 16 consecutive rows and computes S = Q K^T and O += P V with
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate). K/V tiles stream through a ring
-// of STAGES shared-memory buffers filled with 16-byte cp.async copies, so the
-// loads of the next tiles are in flight while this one is computed. The rows of
-// every shared tile are XOR-swizzled so that ldmatrix reads are conflict-free.
-#include <algorithm>
-#include <cstring>
+// The kernel is in gqa_packing.cuh (stage 04 runs the same tile): a program's
+// rows are tokens x the (padded) query heads of one KV head's group, so each
+// K/V tile is loaded once per group and feeds mma.sync. This file picks the
+// tile shape for the batch and launches it over the whole context of every
+// query tile (the WholeContext slice).
 #include <string>
 
 #include "common/batch_ops.h"
-#include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
-#include "common/online_softmax.cuh"
-#include "common/ptx.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
+#include "gqa_packing.cuh"
 
 namespace pa::stage03 {
 namespace {
-
-constexpr int MAX_GROUP = 8;
-constexpr float LOG2E = 1.4426950408889634f;
-[[maybe_unused]] constexpr float LN2 = 0.6931471805599453f;  // unused by the skeleton's placeholders
-
-// The shape of one program. Two are instantiated per head_dim (see forward()):
-// a one-warp tile for decode-like batches, whose few rows per request would leave
-// a big tile idle, and an eight-warp, 128-row tile for prefill, where each K/V
-// tile in shared memory then feeds 128 rows of tensor-core work.
-template <int HEAD_DIM_, int NUM_WARPS_, int TILE_K_, int STAGES_>
-struct Tiling {
-  static constexpr int HEAD_DIM = HEAD_DIM_;
-  static constexpr int NUM_WARPS = NUM_WARPS_;
-  static constexpr int NUM_THREADS = NUM_WARPS * 32;
-  static constexpr int ROWS = NUM_WARPS * 16;  // tile rows: 16 per warp, the MMA's M
-  static constexpr int TILE_K = TILE_K_;       // keys per K/V tile
-  static constexpr int STAGES = STAGES_;       // K/V tiles in the shared-memory ring
-  static constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per K, V or Q row
-  static constexpr int Q_ELEMS = ROWS * HEAD_DIM;
-  static constexpr int KV_ELEMS = TILE_K * HEAD_DIM;  // one K (or V) tile
-  static constexpr size_t SMEM_BYTES = sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS);
-
-  static_assert(TILE_K % 16 == 0, "keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
-  static_assert(HEAD_DIM % 64 == 0, "the swizzle XORs 3 bits of the chunk index: rows need >= 8 chunks");
-  static_assert((TILE_K * CHUNKS) % NUM_THREADS == 0 && (ROWS * CHUNKS) % NUM_THREADS == 0,
-                "every thread issues the same number of copies per tile");
-  static_assert(STAGES >= 2, "the ring needs one buffer being read and one being filled");
-};
-
-// Kernel arguments derived on the host once per launch.
-struct Packing {
-  int group;        // query heads per KV head, 1..8
-  int group_shift;  // log2(GROUP_PAD): row m holds token m >> group_shift, head m & (GROUP_PAD - 1)
-  int block_shift;  // log2(block_size)
-  float scale_log2;  // softmax_scale * log2(e): exp(scale * s) = exp2(scale_log2 * s)
-};
-
-// Element offset of (row, 16-byte chunk) in a shared tile with HEAD_DIM-element
-// rows. ldmatrix reads one chunk from each of 8 consecutive rows; unswizzled, rows
-// 128/256/512 bytes apart all start on bank 0 and the 8 reads serialize. XORing
-// the chunk index with row % 8 puts the 8 chunks on 8 different bank quads.
-template <int HEAD_DIM>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * HEAD_DIM + ((chunk ^ (row & 7)) * 8);
-}
-
-// Two floats as the bf16x2 register an MMA operand expects (lo in the low half).
-[[maybe_unused]] __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t bits;
-  memcpy(&bits, &v, sizeof(bits));
-  return bits;
-}
-
-template <class T>
-__global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionParams p, Packing pk) {
-  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES, CHUNKS = T::CHUNKS;
-  constexpr int K_STEPS = HEAD_DIM / 16;  // 16-dim slices of Q*K^T
-  constexpr int S_TILES = TILE_K / 8;     // 8-key column tiles of S
-  constexpr int O_TILES = HEAD_DIM / 8;   // 8-dim column tiles of O
-  bf16* q_s = dynamic_smem<bf16>();           // [ROWS, HEAD_DIM] swizzled
-  bf16* k_s = q_s + T::Q_ELEMS;               // [STAGES, TILE_K, HEAD_DIM] swizzled
-  bf16* v_s = k_s + STAGES * T::KV_ELEMS;     // [STAGES, TILE_K, HEAD_DIM] swizzled
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t4 = lane % 4;  // MMA fragment coordinates: this lane holds rows g and g + 8
-
-  const int r = blockIdx.z, kv_head = blockIdx.y;
-  // Tiles are numbered from the end, so the longest (last, most keys) causal
-  // tiles of a prompt start first and the short ones fill in the tail.
-  const int tile_idx = gridDim.x - 1 - blockIdx.x;
-  const int block_q = T::ROWS >> pk.group_shift;  // tokens per tile
-  const int row_begin = p.batch.query_start_loc[r];
-  const int q_len = p.batch.query_start_loc[r + 1] - row_begin;
-  const int tile_first = tile_idx * block_q;  // first token (within the request) of this tile
-  if (tile_first >= q_len) return;            // the grid is sized for the longest request
-  const int seq_len = p.batch.seq_lens[r];
-  const int pos0 = seq_len - q_len;  // position of the request's query 0
-  const int pad_mask = (1 << pk.group_shift) - 1;
-
-  // ---- Q tile -> shared memory (one cp.async group)
-  for (int i = 0; i < T::ROWS * CHUNKS / T::NUM_THREADS; ++i) {
-    const int c = threadIdx.x + i * T::NUM_THREADS;
-    const int row = c / CHUNKS, chunk = c % CHUNKS;
-    // TODO 1: the token and the query head of tile row `row`, and whether it is real (not past q_len, not a padding head)
-    const int token = 0, head_in_group = 0;
-    const bool real = false;  // placeholder: every row is a zero query
-    if (c == 0) PA_TODO(1);
-    const size_t q_row = static_cast<size_t>(row_begin + token) * p.num_q_heads + kv_head * pk.group + head_in_group;
-    // A row that is not real is zero-filled (nothing is read): its scores are 0, finite, and it is never written.
-    cp_async_16(q_s + swizzle<HEAD_DIM>(row, chunk), real ? p.q + q_row * HEAD_DIM + chunk * 8 : p.q, real);
-  }
-  cp_async_commit();
-
-  // TODO 2: key ranges: [0, kv_end) for the tile, [0, warp_kv_end) for this warp, unmasked below warp_unmasked_end
-  const int kv_end = 0, warp_kv_end = 0, warp_unmasked_end = 0;  // placeholder: no keys at all
-  if (threadIdx.x == 0) PA_TODO(2);
-
-  // ---- K/V tile `tile` -> ring buffer `stage`, 16 bytes per copy, each key's
-  // row found through the block table. Keys at or past kv_end are zero-filled:
-  // the slots past seq_len may hold anything (NaN in the tests), and 0 * NaN = NaN.
-  const int* table = p.batch.block_table + static_cast<size_t>(r) * p.batch.max_blocks_per_seq;
-  const int block_mask = (1 << pk.block_shift) - 1;
-  auto load_kv_tile = [&](int tile, int stage) {
-    bf16* k_dst = k_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-    bf16* v_dst = v_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-#pragma unroll
-    for (int i = 0; i < TILE_K * CHUNKS / T::NUM_THREADS; ++i) {
-      const int c = threadIdx.x + i * T::NUM_THREADS;
-      const int j = c / CHUNKS, chunk = c % CHUNKS;
-      const int kv_pos = tile * TILE_K + j;
-      // TODO 3: where key kv_pos's K/V row (this KV head, this chunk) lives in the cache, and whether it is in range
-      const bool in_range = false;  // placeholder: the tile stays zero
-      const size_t offset = 0;
-      (void)table; (void)block_mask; (void)kv_pos;
-      if (c == 0) PA_TODO(3);
-      cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
-      cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
-    }
-  };
-
-  // Prologue: the first STAGES - 1 tiles in flight. Every thread commits one
-  // group per slot even when there is no tile, so group counting stays uniform.
-  const int num_kv_tiles = (kv_end + TILE_K - 1) / TILE_K;
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kv_tiles) load_kv_tile(s, s);
-    cp_async_commit();
-  }
-  cp_async_wait<STAGES - 1>();  // the Q group (the oldest) has landed
-  __syncthreads();
-
-  // This warp's 16 rows of Q as MMA A fragments, kept in registers for the whole
-  // key loop when they fit: with head_dim 256 the output alone takes 128
-  // registers per lane, so Q is re-read from shared memory at every tile instead.
-  constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
-  auto load_q_fragment = [&](uint32_t(&a)[4], int ks) {
-    // Matrices 0..3 = (rows 0-7, dims lo), (rows 8-15, dims lo), (rows 0-7, dims hi), (rows 8-15, dims hi).
-    const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    ldmatrix_x4(a, q_s + swizzle<HEAD_DIM>(row, 2 * ks + (lane >> 4)));
-  };
-  uint32_t q_frag[Q_IN_REGISTERS ? K_STEPS : 1][4];  // [16-dim slice][a0..a3]
-  if constexpr (Q_IN_REGISTERS) {
-#pragma unroll
-    for (int ks = 0; ks < K_STEPS; ++ks) load_q_fragment(q_frag[ks], ks);
-  }
-
-  // Online softmax per row (common/online_softmax.cuh's math), kept in the MMA
-  // fragment layout: this lane holds rows g (index 0) and g + 8 (index 1). m is in
-  // raw score units; weights are exp2(s * scale_log2 - m * scale_log2). l holds
-  // only this lane's columns until the end, when the 4 lanes of a row add up.
-  float o[O_TILES][4];  // [8-dim tile][c0..c3]: rows g (c0, c1), g + 8 (c2, c3), dims 8j + 2t4 (+1)
-#pragma unroll
-  for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.0f, 0.0f};
-  const int q_pos[2] = {pos0 + tile_first + ((warp * 16 + g) >> pk.group_shift),
-                        pos0 + tile_first + ((warp * 16 + g + 8) >> pk.group_shift)};
-
-  for (int tile = 0; tile < num_kv_tiles; ++tile) {
-    cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
-    __syncthreads();              // ... everyone's have, and everyone is done with tile - 1's buffer
-    {
-      const int next = tile + STAGES - 1;  // refills the buffer tile - 1 used
-      if (next < num_kv_tiles) load_kv_tile(next, next % STAGES);
-      cp_async_commit();
-    }
-    const int kv_start = tile * TILE_K;
-    // Warp-uniform: a tile wholly above this warp's diagonal (or a warp of padding
-    // rows) costs no math; the warp still takes part in the loads and barriers.
-    if (kv_start >= warp_kv_end) continue;
-    const bf16* k_tile = k_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-    const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-
-    // S = Q K^T: B[k][n] = K[key n][dim k], so K's rows are B's columns and a
-    // plain ldmatrix of 8 key rows gives the col-major B fragment.
-    float s[S_TILES][4];  // [8-key tile][c0..c3], layout as o
-#pragma unroll
-    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < K_STEPS; ++ks) {
-      uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? ks : 0];
-      if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, ks);
-#pragma unroll
-      for (int jp = 0; jp < S_TILES / 2; ++jp) {
-        // Matrices 0..3 = (keys 0-7, dims lo), (keys 0-7, dims hi), (keys 8-15, dims lo), (keys 8-15, dims hi).
-        uint32_t kb[4];
-        const int key = jp * 16 + (lane & 7) + (lane >> 4) * 8;
-        ldmatrix_x4(kb, k_tile + swizzle<HEAD_DIM>(key, 2 * ks + ((lane >> 3) & 1)));
-        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        mma_m16n8k16_bf16(s[2 * jp], qa, b0, s[2 * jp]);
-        mma_m16n8k16_bf16(s[2 * jp + 1], qa, b1, s[2 * jp + 1]);
-      }
-    }
-    // Causal mask, only on tiles that reach past the warp's first query position
-    // (the diagonal); it also masks every key >= kv_end for the real rows.
-    if (kv_start + TILE_K > warp_unmasked_end) {
-#pragma unroll
-      for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (kv_start + 8 * j + 2 * t4 + (e & 1) > q_pos[e >> 1]) s[j][e] = -INFINITY;
-        }
-      }
-    }
-
-    // TODO 4: online softmax on the fragments: row max over the 4 lanes of a row, rescale o and l, weights exp2(s*scale_log2 - m*scale_log2)
-    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;  // placeholder: every weight 0
-    if (lane == 0) PA_TODO(4);
-
-    // O += P V. The S accumulators of key tiles 2kk, 2kk+1 are exactly the A
-    // fragment of P's 16-key slice kk (same rows, columns 2t4.. and 2t4+8..), so P
-    // goes from registers to the tensor core without touching shared memory.
-#pragma unroll
-    for (int kk = 0; kk < TILE_K / 16; ++kk) {
-      // TODO 5: P's A fragment for keys 16kk..16kk+15, straight from the S accumulators (rounded to bf16)
-      const uint32_t pa[4] = {0, 0, 0, 0};  // placeholder: P = 0
-      if (lane == 0) PA_TODO(5);
-#pragma unroll
-      for (int jp = 0; jp < O_TILES / 2; ++jp) {
-        // B[k][n] = V[key k][dim n] is V row-major: ldmatrix .trans of 8 key rows.
-        // Matrices 0..3 = (keys 0-7, dims lo), (keys 8-15, dims lo), (keys 0-7, dims hi), (keys 8-15, dims hi).
-        uint32_t vb[4];
-        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4_trans(vb, v_tile + swizzle<HEAD_DIM>(key, 2 * jp + (lane >> 4)));
-        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        mma_m16n8k16_bf16(o[2 * jp], pa, b0, o[2 * jp]);
-        mma_m16n8k16_bf16(o[2 * jp + 1], pa, b1, o[2 * jp + 1]);
-      }
-    }
-  }
-  cp_async_wait<0>();  // only empty groups are left; retire them before the block ends
-
-  // The row sums: add the 4 lanes of each row.
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
-
-  // TODO 6: write the real rows: out = o / l (exact 0 for an empty row), lse = m * scale + log(l)
-  (void)m;
-  for (int i = 0; i < 2; ++i) {
-    const int row = warp * 16 + g + 8 * i;
-    const int token = tile_first + (row >> pk.group_shift);
-    const int head_in_group = row & pad_mask;
-    if (token >= q_len || head_in_group >= pk.group) continue;
-    const size_t q_row = static_cast<size_t>(row_begin + token) * p.num_q_heads + kv_head * pk.group + head_in_group;
-    for (int d = 0; d < 2 * O_TILES; ++d) p.out[q_row * HEAD_DIM + 4 * d + t4] = __float2bfloat16(0.0f);
-    if (p.lse != nullptr && t4 == 0) p.lse[q_row] = 0.0f;
-  }
-  if (lane == 0) PA_TODO(6);
-}
 
 template <class T>
 void run(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
   const int block_q = T::ROWS >> pk.group_shift;
   const dim3 grid((p.batch.max_query_len + block_q - 1) / block_q, p.kv.num_kv_heads, p.batch.num_requests);
-  launch(gqa_packing_kernel<T>, grid, dim3(T::NUM_THREADS), T::SMEM_BYTES, stream, p, pk);
+  launch(gqa_packing_kernel<T, WholeContext>, grid, dim3(T::NUM_THREADS), T::SMEM_BYTES, stream, p, pk,
+         WholeContext{});
 }
 
-// Decode-like batches (every request's tile fits 16 rows: decodes, short verify
-// blocks) get one warp per program, so 64 decodes x 8 KV heads make 512 small
-// programs, ~4 resident per SM, each keeping 2 K/V tiles of 16 KB in flight.
-// Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
-// their registers (~220 per lane) allow one program per SM anyway, so the shared
-// memory for a third stage (128 KB in all for head_dim 128) costs nothing.
+// The one-warp decode tile when every request's tile fits its 16 rows, so a
+// decode batch has many small programs; the 128-row tile for everything else.
 template <int HEAD_DIM>
 void dispatch(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
-  using Decode = Tiling<HEAD_DIM, 1, 4096 / HEAD_DIM, 3>;
-  using Prefill = Tiling<HEAD_DIM, 8, (HEAD_DIM <= 128 ? 64 : 32), 3>;
-  if ((p.batch.max_query_len << pk.group_shift) <= Decode::ROWS) {
-    run<Decode>(p, pk, stream);
+  if ((p.batch.max_query_len << pk.group_shift) <= DecodeTiling<HEAD_DIM>::ROWS) {
+    run<DecodeTiling<HEAD_DIM>>(p, pk, stream);
   } else {
-    run<Prefill>(p, pk, stream);
+    run<PrefillTiling<HEAD_DIM>>(p, pk, stream);
   }
-}
-
-int log2_exact(int x) {
-  int s = 0;
-  while ((1 << s) < x) ++s;
-  return s;
 }
 
 }  // namespace
@@ -320,17 +43,14 @@ void forward(const AttentionParams& p, cudaStream_t stream) {
   PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
              "stage 03: num_q_heads (" + std::to_string(p.num_q_heads) + ") must be a multiple of num_kv_heads (" +
                  std::to_string(p.kv.num_kv_heads) + ")");
-  Packing pk;
-  pk.group = p.num_q_heads / p.kv.num_kv_heads;
-  PA_REQUIRE(pk.group >= 1 && pk.group <= MAX_GROUP,
+  const int group = p.num_q_heads / p.kv.num_kv_heads;
+  PA_REQUIRE(group >= 1 && group <= MAX_GROUP,
              "stage 03 packs GQA groups of 1.." + std::to_string(MAX_GROUP) + " query heads per KV head; got group " +
-                 std::to_string(pk.group) + " (num_q_heads " + std::to_string(p.num_q_heads) + ", num_kv_heads " +
+                 std::to_string(group) + " (num_q_heads " + std::to_string(p.num_q_heads) + ", num_kv_heads " +
                  std::to_string(p.kv.num_kv_heads) + ")");
   PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
              "stage 03: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  pk.group_shift = log2_exact(pk.group);
-  pk.block_shift = log2_exact(p.kv.block_size);
-  pk.scale_log2 = p.softmax_scale * LOG2E;
+  const Packing pk = make_packing(p, group);
   switch (p.kv.head_dim) {
     case 64: dispatch<64>(p, pk, stream); break;
     case 128: dispatch<128>(p, pk, stream); break;
