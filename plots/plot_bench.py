@@ -7,6 +7,8 @@ bench/torch_reference.py measured in the same run) and draws:
                      with the probe's read bandwidth as the floor line
   long_context.png   the same for 32768-token contexts
   prefill.png        causal prefill TFLOP/s per backend
+  quantized.png      decode step time at 4096 tokens: the bf16 kernel (stage 03) against the
+                     8-bit caches (stage 05 backends), with each one's fraction of its own floor
 Titles carry the device and the date of the run.
 
     python3 plots/plot_bench.py --bench bench.json [--torch torch.json] --out plots/
@@ -90,6 +92,36 @@ def plot_prefill(data, title, path):
     return True
 
 
+def plot_quantized(data, read_gbps, title, path):
+    names = sorted({r["backend"] for r in data if r["family"] == "decode" and r["backend"].startswith("05_")})
+    if not names:
+        return False
+    names = ["03_gqa_packing"] + names
+    fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(12, 5))
+    for name in names:
+        pts = sorted((int(r["fields"]["batch"]), r["ms_median"], r["GBps"]) for r in data
+                     if r["family"] == "decode" and r["backend"] == name)
+        if not pts:
+            continue
+        ax_t.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        if read_gbps:
+            ax_f.plot([p[0] for p in pts], [p[2] / read_gbps for p in pts], marker="o", label=name)
+    for ax in (ax_t, ax_f):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (requests)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time per decode step (ms)")
+    ax_f.set_ylabel("fraction of its own floor (cache bytes incl. scales / read bandwidth)")
+    ax_f.set_ylim(0, 1.05)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="bench_attention --benchmark_out JSON")
@@ -113,6 +145,9 @@ def main():
         made.append("long_context.png")
     if plot_prefill(data, f"Causal prefill ({stamp})", os.path.join(args.out, "prefill.png")):
         made.append("prefill.png")
+    if plot_quantized(data, read_gbps, f"Decode at 4096 tokens: bf16 vs 8-bit KV caches ({stamp})",
+                      os.path.join(args.out, "quantized.png")):
+        made.append("quantized.png")
     if not made:
         print("plot_bench: no plottable benchmarks in the input", file=sys.stderr)
         return 1
