@@ -144,6 +144,19 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
 #endif
 }
 
+// cp.async.ca of 4 bytes (e.g. one fp32 scale, whose neighbours in global
+// memory belong to other heads). pred == false zero-fills the 4 bytes.
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src, bool pred = true) {
+#if defined(__CUDA_ARCH__)
+  const int src_size = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem_dst)), "l"(gmem_src),
+               "r"(src_size)
+               : "memory");
+#elif !defined(__CUDACC__)
+  cpucuda::detail::cp_async_4(smem_dst, gmem_src, pred);
+#endif
+}
+
 // Closes the group of cp.async issued since the previous commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__)

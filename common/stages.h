@@ -61,4 +61,35 @@ void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
 }  // namespace stage04
 
+namespace stage05 {
+// INT8 / FP8 (E4M3) caches: one byte per element plus one fp32 scale per (token,
+// KV head) for K and for V (common/quant.cuh has the rule).
+// The write path: quantizes this step's K/V head rows (k_new, v_new: [num_tokens,
+// num_kv_heads, head_dim]) into kv's codes and scales at slot_mapping ([num_tokens],
+// -1 = skip). kv.format must be int8 or fp8_e4m3.
+void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping, int num_tokens,
+              cudaStream_t stream = nullptr);
+// Attention over a cache of any format (bf16, int8, fp8_e4m3), dequantized in
+// registers: decode-only batches that stage 04's plan splits run the split path,
+// everything else stage 03's tiles. No sliding window (stage 06), no sinks.
+void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
+// num_splits 0 = as above; 1..64 forces the split path with that many splits
+// (decode-only batches; for tests).
+void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
+}  // namespace stage05
+
+namespace stage06 {
+// Sliding-window attention (p.window > 0: a query at q_pos sees keys k_pos <=
+// q_pos with q_pos - k_pos < window; 0 = no window) over bf16, int8 or fp8_e4m3
+// caches. The key loop starts at the block holding the first key of the oldest
+// query's window, so a windowed decode reads only ~window keys. Dispatch as
+// stage 05: decode-only batches that the split plan splits run split-KV over the
+// window only, everything else stage 03's tiles. No sinks.
+void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
+// num_splits 0 = as above; 1..64 forces the split path (decode-only batches; for tests).
+void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
+// The split plan for p (stage 04's rule, over the window's span when p.window > 0).
+stage04::SplitPlan plan(const AttentionParams& p, int num_sms);
+}  // namespace stage06
+
 }  // namespace pa

@@ -79,6 +79,14 @@ TEST(Stage03Errors, RejectsSlidingWindow) {
   expect_error([&] { stage03::forward(params); }, "no sliding window");
 }
 
+TEST(Stage03Errors, RejectsEightBitCache) {
+  AttentionConfig cfg = config(8, 2, 64, 16);
+  cfg.kv_format = KvFormat::fp8_e4m3;
+  Problem p = make_problem(cfg, milestone_requests());
+  DeviceBatch db(p);
+  expect_error([&] { stage03::forward(db.params()); }, "stage 03 reads bf16 caches");
+}
+
 TEST(Stage03Errors, RejectsSinks) {
   Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
   DeviceBatch db(p);

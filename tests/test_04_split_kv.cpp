@@ -136,6 +136,14 @@ TEST(Stage04Errors, RejectsPrefillWithTheRequestNamed) {
   expect_error([&] { stage04::forward(db.params()); }, "request 1 has 16 queries");
 }
 
+TEST(Stage04Errors, RejectsEightBitCache) {
+  AttentionConfig cfg = config(8, 2, 64, 16);
+  cfg.kv_format = KvFormat::int8;
+  Problem p = make_problem(cfg, ragged_decodes());
+  DeviceBatch db(p);
+  expect_error([&] { stage04::forward(db.params()); }, "stage 04 reads bf16 caches");
+}
+
 TEST(Stage04Errors, RejectsSlidingWindow) {
   Problem p = make_problem(config(8, 2, 64, 16), ragged_decodes());
   DeviceBatch db(p);

@@ -175,6 +175,7 @@ void mma_m16n8k16(int dtype /*0 bf16, 1 f16*/, float* d, const uint32_t* a, cons
                   const float* c, const char* file, int line);
 void ldmatrix(int num, bool trans, uint32_t* r, const void* smem_row, const char* file, int line);
 void cp_async_16(void* smem_dst, const void* gmem_src, bool pred);
+void cp_async_4(void* smem_dst, const void* gmem_src, bool pred);
 void cp_async_commit();
 void cp_async_wait(int max_pending);
 

@@ -48,6 +48,7 @@ enum class State : uint8_t { kReady, kAtBarrier, kAtWarpOp, kDone };
 struct CopyOp {
   void* dst;
   unsigned char bytes[16];
+  int size = 16;  // 16 (cp.async.cg) or 4 (cp.async.ca, e.g. one fp32 scale)
 };
 
 struct Fiber : FiberInfo {
@@ -596,17 +597,21 @@ void ldmatrix(int num, bool trans, uint32_t* r, const void* smem_row, const char
 
 // ---- cp.async: the source is read at issue, the destination written when a
 // wait retires the group, so a kernel that forgets the wait sees stale data.
-void cp_async_16(void* smem_dst, const void* gmem_src, bool pred) {
+static void cp_async_n(void* smem_dst, const void* gmem_src, bool pred, int size) {
   Fiber* self = current_fiber();
   CopyOp op;
   op.dst = smem_dst;
+  op.size = size;
   if (pred) {
-    std::memcpy(op.bytes, gmem_src, 16);
+    std::memcpy(op.bytes, gmem_src, size);
   } else {
-    std::memset(op.bytes, 0, 16);  // src-size 0: the destination is zero-filled
+    std::memset(op.bytes, 0, size);  // src-size 0: the destination is zero-filled
   }
   self->copies.push_back(op);
 }
+
+void cp_async_16(void* smem_dst, const void* gmem_src, bool pred) { cp_async_n(smem_dst, gmem_src, pred, 16); }
+void cp_async_4(void* smem_dst, const void* gmem_src, bool pred) { cp_async_n(smem_dst, gmem_src, pred, 4); }
 
 void cp_async_commit() {
   Fiber* self = current_fiber();
@@ -619,7 +624,7 @@ void cp_async_wait(int max_pending) {
     const size_t end = self->group_ends[self->retired_groups++];
     for (; self->retired_copies < end; ++self->retired_copies) {
       const CopyOp& op = self->copies[self->retired_copies];
-      std::memcpy(op.dst, op.bytes, 16);
+      std::memcpy(op.dst, op.bytes, op.size);
     }
   }
   if (self->retired_groups == self->group_ends.size() && self->retired_groups > 0) {

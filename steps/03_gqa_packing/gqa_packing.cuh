@@ -19,6 +19,10 @@
 // tile: a `Slice` policy decides which keys a program reads and where its
 // finished rows go. Stage 03 uses WholeContext (a tile's whole causal range,
 // final out/lse); stage 04 plugs in one split of the context and a partial output.
+// Two more policies are compile-time switches for later stages: `Kv` says how the
+// cache stores K/V (bf16 here; stage 05's 8-bit codes + scales, dequantized in
+// registers), `Mask` which keys a query sees (causal here; stage 06 adds the
+// sliding window). Their bf16 / causal defaults compile to the stage 03 kernel.
 #pragma once
 
 #include <cstring>
@@ -27,6 +31,7 @@
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
+#include "common/check.h"
 #include "common/todo.cuh"
 
 namespace pa::stage03 {
@@ -51,13 +56,19 @@ struct Tiling {
   static constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per K, V or Q row
   static constexpr int Q_ELEMS = ROWS * HEAD_DIM;
   static constexpr int KV_ELEMS = TILE_K * HEAD_DIM;  // one K (or V) tile
-  static constexpr size_t SMEM_BYTES = sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS);
+  static constexpr size_t SMEM_BYTES = sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS);  // bf16 caches
+  static constexpr int CODE_CHUNKS = HEAD_DIM / 16;  // 16-byte chunks per K or V row of 8-bit codes
+  // 8-bit caches (stage 05): Q, one dequantized bf16 K and V tile, and the ring
+  // of code tiles with their per-key scales.
+  static constexpr size_t SMEM_BYTES_8BIT =
+      sizeof(bf16) * (Q_ELEMS + 2 * KV_ELEMS) + 2 * STAGES * (KV_ELEMS + sizeof(float) * TILE_K);
 
   static_assert(TILE_K % 16 == 0, "keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
   static_assert(HEAD_DIM % 64 == 0, "the swizzle XORs 3 bits of the chunk index: rows need >= 8 chunks");
   static_assert((TILE_K * CHUNKS) % NUM_THREADS == 0 && (ROWS * CHUNKS) % NUM_THREADS == 0,
                 "every thread issues the same number of copies per tile");
   static_assert(STAGES >= 2, "the ring needs one buffer being read and one being filled");
+  static_assert((TILE_K * CODE_CHUNKS) % NUM_THREADS == 0, "8-bit tiles: the same number of copies per thread");
 };
 
 // Decode-like batches (every request's tile fits 16 rows: decodes, short verify
@@ -98,6 +109,29 @@ struct KeyRange {
   int begin, end;
 };
 
+// The cache-format policy for bf16 caches: tiles are copied as they are and fed
+// to the MMAs from the ring. Stage 05's 8-bit policy (QuantizedKv) also has
+// decode16() and apply_scales().
+struct Bf16Kv {
+  static constexpr KvFormat FORMAT = KvFormat::bf16;
+};
+
+// The mask policy without a window: a query at q_pos sees keys [0, q_pos].
+// Stage 06's SlidingWindow starts the key loop and each row's keys later.
+struct CausalMask {
+  static constexpr bool WINDOWED = false;
+  // The first key a tile whose oldest query sits at oldest_q_pos must read.
+  __device__ __forceinline__ static int first_key(const AttentionParams&, const Packing&, int) { return 0; }
+  // The oldest key a query at q_pos sees.
+  __device__ __forceinline__ static int row_kv_begin(const AttentionParams&, int) { return 0; }
+};
+
+// Shared memory of a program of tiling T over a cache of format F.
+template <class T, KvFormat F>
+constexpr size_t smem_bytes() {
+  return F == KvFormat::bf16 ? T::SMEM_BYTES : T::SMEM_BYTES_8BIT;
+}
+
 // Stage 03's Slice policy: a program reads its query tile's whole causal range
 // and writes the final output and lse. A Slice policy answers three questions
 // (stage 04's split-KV policy answers them differently):
@@ -107,8 +141,11 @@ struct WholeContext {
   // ones fill in the tail.
   __device__ __forceinline__ int query_tile() const { return gridDim.x - 1 - blockIdx.x; }
 
-  // Which keys it reads, given the tile's causal range [0, tile_kv_end).
-  __device__ __forceinline__ KeyRange key_range(int tile_kv_end) const { return {0, tile_kv_end}; }
+  // Which keys it reads, given the tile's range [tile_kv_begin, tile_kv_end)
+  // (tile_kv_begin is 0 without a sliding window).
+  __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
+    return {tile_kv_begin, tile_kv_end};
+  }
 
   // Where a finished row goes: this lane's part of row q_row (of [num_tokens *
   // Hq]) is dims 8j + 2 t4 and 8j + 2 t4 + 1, held in o[j][2 half] and
@@ -144,15 +181,26 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Grid: (query tiles or whatever Slice maps blockIdx.x to, num_kv_heads, num_requests).
-template <class T, class Slice = WholeContext>
+// Dynamic shared memory: smem_bytes<T, Kv::FORMAT>().
+template <class T, class Slice = WholeContext, class Kv = Bf16Kv, class Mask = CausalMask>
 __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionParams p, Packing pk, Slice slice) {
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES, CHUNKS = T::CHUNKS;
   constexpr int K_STEPS = HEAD_DIM / 16;  // 16-dim slices of Q*K^T
   constexpr int S_TILES = TILE_K / 8;     // 8-key column tiles of S
   constexpr int O_TILES = HEAD_DIM / 8;   // 8-dim column tiles of O
+  // 8-bit caches: the ring holds codes and scales; each tile is dequantized into
+  // ONE bf16 K/V tile that the MMAs read exactly as they read a bf16 ring buffer.
+  constexpr bool QUANTIZED = Kv::FORMAT != KvFormat::bf16;
+  constexpr int KV_BUFS = QUANTIZED ? 1 : STAGES;  // bf16 K/V tiles in shared memory
+  constexpr int CODE_CHUNKS = T::CODE_CHUNKS;
   bf16* q_s = dynamic_smem<bf16>();           // [ROWS, HEAD_DIM] swizzled
-  bf16* k_s = q_s + T::Q_ELEMS;               // [STAGES, TILE_K, HEAD_DIM] swizzled
-  bf16* v_s = k_s + STAGES * T::KV_ELEMS;     // [STAGES, TILE_K, HEAD_DIM] swizzled
+  bf16* k_s = q_s + T::Q_ELEMS;               // [KV_BUFS, TILE_K, HEAD_DIM] swizzled
+  bf16* v_s = k_s + KV_BUFS * T::KV_ELEMS;    // [KV_BUFS, TILE_K, HEAD_DIM] swizzled
+  // 8-bit only (past the bf16 tiles; unused and never touched for bf16):
+  uint8_t* k_codes_s = reinterpret_cast<uint8_t*>(v_s + KV_BUFS * T::KV_ELEMS);  // [STAGES, TILE_K, HEAD_DIM]
+  uint8_t* v_codes_s = k_codes_s + STAGES * T::KV_ELEMS;                         // [STAGES, TILE_K, HEAD_DIM]
+  float* k_scale_s = reinterpret_cast<float*>(v_codes_s + STAGES * T::KV_ELEMS);  // [STAGES, TILE_K]
+  float* v_scale_s = k_scale_s + STAGES * TILE_K;                                 // [STAGES, TILE_K]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;  // MMA fragment coordinates: this lane holds rows g and g + 8
@@ -186,8 +234,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   const int tile_kv_end = 0, warp_kv_end = 0, warp_unmasked_end = 0;  // placeholder: no keys at all
   if (threadIdx.x == 0) PA_TODO(2);
   // The keys this program reads, [kv_begin, kv_end): all of [0, tile_kv_end) in
-  // stage 03, one split of it in stage 04. Keys at or past kv_end are masked.
-  const KeyRange keys = slice.key_range(tile_kv_end);
+  // stage 03, one split of it in stage 04, from the window's first block on in
+  // stage 06 (Mask::first_key is 0 without a window). Keys at or past kv_end are masked.
+  const int tile_kv_begin = Mask::first_key(p, pk, pos0 + tile_first);
+  const KeyRange keys = slice.key_range(tile_kv_begin, tile_kv_end);
   const int kv_begin = keys.begin, kv_end = keys.end;
 
   // ---- K/V tile `tile` -> ring buffer `stage`, 16 bytes per copy, each key's
@@ -195,21 +245,55 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   // the slots past seq_len may hold anything (NaN in the tests), and 0 * NaN = NaN.
   const int* table = p.batch.block_table + static_cast<size_t>(r) * p.batch.max_blocks_per_seq;
   const int block_mask = (1 << pk.block_shift) - 1;
+  // Key kv_pos of this program's KV head is cache head row `head_row` (of
+  // [num_blocks * block_size * Hkv], head_dim values each); out of range: no row.
+  auto find_kv_row = [&](int kv_pos, bool& in_range, size_t& head_row) {
+    // TODO 3: which cache head row (slot * num_kv_heads + kv_head) holds key kv_pos, and whether kv_pos is in range
+    in_range = false;  // placeholder: the tile stays zero
+    head_row = 0;
+    (void)table; (void)block_mask;
+    if (kv_pos == kv_begin && threadIdx.x == 0) PA_TODO(3);
+  };
   auto load_kv_tile = [&](int tile, int stage) {
-    bf16* k_dst = k_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-    bf16* v_dst = v_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+    if constexpr (!QUANTIZED) {
+      bf16* k_dst = k_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+      bf16* v_dst = v_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
 #pragma unroll
-    for (int i = 0; i < TILE_K * CHUNKS / T::NUM_THREADS; ++i) {
-      const int c = threadIdx.x + i * T::NUM_THREADS;
-      const int j = c / CHUNKS, chunk = c % CHUNKS;
-      const int kv_pos = kv_begin + tile * TILE_K + j;
-      // TODO 3: where key kv_pos's K/V row (this KV head, this chunk) lives in the cache, and whether it is in range
-      const bool in_range = false;  // placeholder: the tile stays zero
-      const size_t offset = 0;
-      (void)table; (void)block_mask; (void)kv_pos;
-      if (c == 0) PA_TODO(3);
-      cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
-      cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
+      for (int i = 0; i < TILE_K * CHUNKS / T::NUM_THREADS; ++i) {
+        const int c = threadIdx.x + i * T::NUM_THREADS;
+        const int j = c / CHUNKS, chunk = c % CHUNKS;
+        bool in_range;
+        size_t head_row;
+        find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
+        const size_t offset = head_row * HEAD_DIM + chunk * 8;  // elements from the cache base
+        cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
+        cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
+      }
+    } else {
+      // 16 codes per copy, unswizzled: the thread that copies a chunk is the one
+      // that dequantizes it (same c), so only its own cp.async wait is needed.
+      uint8_t* k_dst = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+      uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+#pragma unroll
+      for (int i = 0; i < TILE_K * CODE_CHUNKS / T::NUM_THREADS; ++i) {
+        const int c = threadIdx.x + i * T::NUM_THREADS;
+        const int j = c / CODE_CHUNKS, chunk = c % CODE_CHUNKS;
+        bool in_range;
+        size_t head_row;
+        find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
+        const size_t offset = head_row * HEAD_DIM + chunk * 16;  // bytes from the codes' base
+        cp_async_16(k_dst + j * HEAD_DIM + chunk * 16, p.kv.k_codes + offset, in_range);
+        cp_async_16(v_dst + j * HEAD_DIM + chunk * 16, p.kv.v_codes + offset, in_range);
+      }
+      // One scale per key. A key out of range gets scale 0 AND code 0 (both
+      // zero-filled): its slot may hold NaN scales, and P = 0 times a NaN is NaN.
+      for (int j = threadIdx.x; j < TILE_K; j += T::NUM_THREADS) {
+        bool in_range;
+        size_t head_row;
+        find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
+        cp_async_4(k_scale_s + stage * TILE_K + j, p.kv.k_scale + head_row, in_range);
+        cp_async_4(v_scale_s + stage * TILE_K + j, p.kv.v_scale + head_row, in_range);
+      }
     }
   };
 
@@ -254,6 +338,20 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   const int row_kv_end[2] = {min(q_pos[0] + 1, kv_end), min(q_pos[1] + 1, kv_end)};
   // Below this every row of the warp sees every key: those tiles need no mask.
   const int unmasked_end = min(warp_unmasked_end, kv_end);
+  // Sliding window (compiled away without one): row i sees keys from
+  // row_kv_begin[i] on. From window_unmasked_begin on every row of the warp sees
+  // every key (the window of its newest token starts there); a tile wholly below
+  // window_skip_end is outside every row's window (that of its oldest token).
+  [[maybe_unused]] int row_kv_begin[2] = {0, 0};
+  [[maybe_unused]] int window_unmasked_begin = 0, window_skip_end = 0;
+  if constexpr (Mask::WINDOWED) {
+    row_kv_begin[0] = Mask::row_kv_begin(p, q_pos[0]);
+    row_kv_begin[1] = Mask::row_kv_begin(p, q_pos[1]);
+    const int oldest_tok = tile_first + ((warp * 16) >> pk.group_shift);                      // the warp's first token
+    const int newest_tok = min(q_len - 1, tile_first + ((warp * 16 + 15) >> pk.group_shift));  // and last real one
+    window_unmasked_begin = Mask::row_kv_begin(p, pos0 + newest_tok);
+    window_skip_end = Mask::row_kv_begin(p, pos0 + oldest_tok);
+  }
 
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
@@ -266,9 +364,33 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     const int kv_start = kv_begin + tile * TILE_K;
     // Warp-uniform: a tile wholly above this warp's diagonal (or a warp of padding
     // rows) costs no math; the warp still takes part in the loads and barriers.
+    if constexpr (QUANTIZED) {
+      // Codes -> the 16-bit tiles (K bf16, V fp16: see Kv::weights_fragment),
+      // in registers, 16 codes at a time: this thread's
+      // own chunks (its wait above covered them). The barrier publishes the tile;
+      // the one at the top of the next step keeps it until every warp is done.
+      const uint8_t* k_codes = k_codes_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+      const uint8_t* v_codes = v_codes_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+#pragma unroll
+      for (int i = 0; i < TILE_K * CODE_CHUNKS / T::NUM_THREADS; ++i) {
+        const int c = threadIdx.x + i * T::NUM_THREADS;
+        const int j = c / CODE_CHUNKS, chunk = c % CODE_CHUNKS;
+        uint4 vals[2];  // 16 values: 16-byte chunks 2 chunk and 2 chunk + 1 of row j
+        Kv::template decode16<false>(*reinterpret_cast<const uint4*>(k_codes + j * HEAD_DIM + chunk * 16), vals);
+        *reinterpret_cast<uint4*>(k_s + swizzle<HEAD_DIM>(j, 2 * chunk)) = vals[0];
+        *reinterpret_cast<uint4*>(k_s + swizzle<HEAD_DIM>(j, 2 * chunk + 1)) = vals[1];
+        Kv::template decode16<true>(*reinterpret_cast<const uint4*>(v_codes + j * HEAD_DIM + chunk * 16), vals);
+        *reinterpret_cast<uint4*>(v_s + swizzle<HEAD_DIM>(j, 2 * chunk)) = vals[0];
+        *reinterpret_cast<uint4*>(v_s + swizzle<HEAD_DIM>(j, 2 * chunk + 1)) = vals[1];
+      }
+      __syncthreads();
+    }
     if (kv_start >= warp_kv_end) continue;
-    const bf16* k_tile = k_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-    const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+    if constexpr (Mask::WINDOWED) {
+      if (kv_start + TILE_K <= window_skip_end) continue;  // older than every row's window
+    }
+    const bf16* k_tile = k_s + (QUANTIZED ? 0 : tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+    const bf16* v_tile = v_s + (QUANTIZED ? 0 : tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
 
     // S = Q K^T: B[k][n] = K[key n][dim k], so K's rows are B's columns and a
     // plain ldmatrix of 8 key rows gives the col-major B fragment.
@@ -290,14 +412,22 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
         mma_m16n8k16_bf16(s[2 * jp + 1], qa, b1, s[2 * jp + 1]);
       }
     }
+    // 8-bit caches: the MMA multiplied Q by the codes; column j of S still needs key j's k scale.
+    if constexpr (QUANTIZED) Kv::scale_scores(s, k_scale_s + (tile % STAGES) * TILE_K, t4);
     // Mask, only on tiles that reach past the warp's first query position (the
-    // diagonal) or past kv_end (the zero-filled keys would score 0, not -inf).
-    if (kv_start + TILE_K > unmasked_end) {
+    // diagonal) or past kv_end (the zero-filled keys would score 0, not -inf),
+    // or, with a sliding window, below the window of the warp's newest token.
+    bool needs_mask = kv_start + TILE_K > unmasked_end;
+    if constexpr (Mask::WINDOWED) needs_mask = needs_mask || kv_start < window_unmasked_begin;
+    if (needs_mask) {
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (kv_start + 8 * j + 2 * t4 + (e & 1) >= row_kv_end[e >> 1]) s[j][e] = -INFINITY;
+          const int key = kv_start + 8 * j + 2 * t4 + (e & 1);
+          bool masked = key >= row_kv_end[e >> 1];
+          if constexpr (Mask::WINDOWED) masked = masked || key < row_kv_begin[e >> 1];
+          if (masked) s[j][e] = -INFINITY;
         }
       }
     }
@@ -314,6 +444,11 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
       // TODO 5: P's A fragment for keys 16kk..16kk+15, straight from the S accumulators (rounded to bf16)
       const uint32_t pa[4] = {0, 0, 0, 0};  // placeholder: P = 0
       if (lane == 0) PA_TODO(5);
+      // 8-bit caches: O = sum_j (p_j * v_scale_j) codes_j. P's fragment is built
+      // by the Kv policy instead (in fp16, against the fp16 V tile of codes; l
+      // above summed the plain p_j). Unused for bf16.
+      [[maybe_unused]] uint32_t pv[4];
+      if constexpr (QUANTIZED) Kv::weights_fragment(s, kk, v_scale_s + (tile % STAGES) * TILE_K, t4, pv);
 #pragma unroll
       for (int jp = 0; jp < O_TILES / 2; ++jp) {
         // B[k][n] = V[key k][dim n] is V row-major: ldmatrix .trans of 8 key rows.
@@ -322,8 +457,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
         const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         ldmatrix_x4_trans(vb, v_tile + swizzle<HEAD_DIM>(key, 2 * jp + (lane >> 4)));
         const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        mma_m16n8k16_bf16(o[2 * jp], pa, b0, o[2 * jp]);
-        mma_m16n8k16_bf16(o[2 * jp + 1], pa, b1, o[2 * jp + 1]);
+        if constexpr (QUANTIZED) {
+          mma_m16n8k16_f16(o[2 * jp], pv, b0, o[2 * jp]);
+          mma_m16n8k16_f16(o[2 * jp + 1], pv, b1, o[2 * jp + 1]);
+        } else {
+          mma_m16n8k16_bf16(o[2 * jp], pa, b0, o[2 * jp]);
+          mma_m16n8k16_bf16(o[2 * jp + 1], pa, b1, o[2 * jp + 1]);
+        }
       }
     }
   }
@@ -349,6 +489,28 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     const float inv_l = 0.0f, lse = 0.0f;  // placeholder: zero rows
     if (lane == 0) PA_TODO(6);
     slice.store_row(p, q_row, o, i, t4, inv_l, lse);
+  }
+}
+
+// ---- Host side: launching the kernel over whole query tiles (stage 03; stages
+// 05 and 06 reuse it with their Kv / Mask policies).
+
+template <class T, class Kv, class Mask>
+void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
+  const int block_q = T::ROWS >> pk.group_shift;
+  const dim3 grid((p.batch.max_query_len + block_q - 1) / block_q, p.kv.num_kv_heads, p.batch.num_requests);
+  launch(gqa_packing_kernel<T, WholeContext, Kv, Mask>, grid, dim3(T::NUM_THREADS), smem_bytes<T, Kv::FORMAT>(),
+         stream, p, pk, WholeContext{});
+}
+
+// The one-warp decode tile when every request's tile fits its 16 rows, so a
+// decode batch has many small programs; the 128-row tile for everything else.
+template <int HEAD_DIM, class Kv = Bf16Kv, class Mask = CausalMask>
+void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
+  if ((p.batch.max_query_len << pk.group_shift) <= DecodeTiling<HEAD_DIM>::ROWS) {
+    run_whole_context<DecodeTiling<HEAD_DIM>, Kv, Mask>(p, pk, stream);
+  } else {
+    run_whole_context<PrefillTiling<HEAD_DIM>, Kv, Mask>(p, pk, stream);
   }
 }
 

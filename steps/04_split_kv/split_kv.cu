@@ -1,213 +1,31 @@
 // Stage 04: split-KV (Flash-Decoding) for decode batches.
 //
-// A decode batch has one query token per request, so stage 03's grid has only
-// requests x KV heads programs: 4 requests x 8 KV heads = 32 programs for 132
-// SMs, each walking 32k keys alone. Here a third grid dimension cuts each
-// context into block-aligned splits. Program (split, KV head, request) runs
-// stage 03's one-warp decode tile (the whole GQA group on tensor cores, K/V
-// streamed through a cp.async ring) over its split's keys only, and writes a
-// normalized partial output with its log-sum-exp; a second kernel merges the
-// splits with SoftmaxState::merge. With one split the tile writes the final
-// output itself and no merge runs.
-//
-// The only new code is the `Splits` slice policy (which keys, where the rows
-// go), the merge kernel and the dispatch rule: the tile is stage 03's kernel.
-#include <algorithm>
+// The machinery (the `Splits` slice policy of stage 03's kernel, the merge
+// kernel, the dispatch rule) is in split_kv.cuh, which stages 05 and 06 reuse.
+// This launcher serves bf16 caches without a window: it validates the batch and
+// runs the splits. The only new code of the stage is in that header: the tile
+// is stage 03's kernel.
 #include <string>
-#include <vector>
 
-#include "common/batch_ops.h"
-#include "common/cuda_compat.cuh"
-#include "common/launch.cuh"
-#include "common/online_softmax.cuh"
+#include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
-// At stage 04 the learner has finished stage 03: its kernel is used as written there.
-#include "solutions/03_gqa_packing/gqa_packing.cuh"
+#include "split_kv.cuh"
 
 namespace pa::stage04 {
-namespace {
 
-using stage03::DecodeTiling;
-using stage03::KeyRange;
+SplitPlan plan_fixed(const AttentionParams& p, int num_splits) { return plan_fixed_rule(p, num_splits); }
 
-constexpr int MAX_SPLITS = 64;           // partials per row stay small next to the cache
-constexpr int MIN_KEYS_PER_SPLIT = 256;  // below this a split costs more in merge than it saves
-constexpr int MERGE_THREADS = 128;
-
-// Decode tiles an SM holds at once. Shared memory decides: Q + a 3-stage K/V
-// ring is 50-56 KB (head_dim 64-256) plus 1 KB the hardware reserves per block;
-// Hopper has 228 KB per SM. Registers do not limit a one-warp program.
-constexpr int PROGRAMS_PER_SM = 4;
-constexpr size_t SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
-template <int HEAD_DIM>
-constexpr bool fits_per_sm() {
-  return PROGRAMS_PER_SM * (DecodeTiling<HEAD_DIM>::SMEM_BYTES + SMEM_RESERVED_PER_BLOCK) <= SMEM_PER_SM;
-}
-static_assert(fits_per_sm<64>() && fits_per_sm<128>() && fits_per_sm<256>(), "PROGRAMS_PER_SM decode tiles must fit");
-
-// The slice policy of stage 03's kernel for split-KV, and the partials that the
-// merge kernel reads. blockIdx.x of the tile kernel is the split.
-struct Splits {
-  float* part_o;    // [num_splits, num_tokens, num_q_heads, head_dim]  o_s / l_s (0 for an empty split)
-  float* part_lse;  // [num_splits, num_tokens, num_q_heads]            m_s + log(l_s) (-inf when empty)
-  int num_splits;
-  int keys_per_split;  // blocks_per_split * block_size: splits start on a cache block
-
-  // A decode request has one token: one query tile.
-  __device__ __forceinline__ int query_tile() const { return 0; }
-
-  // This split's keys, inside the tile's causal range [0, tile_kv_end)
-  // (tile_kv_end = seq_len for a decode).
-  __device__ __forceinline__ KeyRange key_range(int tile_kv_end) const {
-    const int split = blockIdx.x;
-    // TODO 1: split `split`'s keys: from split * keys_per_split, keys_per_split of them, clipped to tile_kv_end (may be empty)
-    (void)split, (void)tile_kv_end;
-    if (threadIdx.x == 0) PA_TODO(1);
-    return {0, 0};  // placeholder: no keys at all
-  }
-
-  // A finished row of this split (layout as stage03::WholeContext::store_row).
-  // An empty split arrives as inv_l = 0 and lse = -inf (stage 03's empty-state
-  // rule), so it writes o = 0 and lse = -inf: weight exp(-inf) = 0 in the merge.
-  template <int O_TILES>
-  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
-                                            int half, int t4, float inv_l, float lse) const {
-    // TODO 2: one split: the final out/lse (stage 03's store); several: the fp32 partial o * inv_l and lse of row (split, q_row)
-    (void)inv_l, (void)lse;
-    stage03::WholeContext{}.store_row(p, q_row, o, half, t4, 0.0f, 0.0f);  // placeholder: zero rows, lse 0
-    if (t4 == 0) PA_TODO(2);
-  }
-};
-
-// Program (request r, query head h) merges the num_splits partials of r's
-// decode row. Thread (split lane, chunk) owns 4 dims and the splits
-// split_lane, split_lane + SPLIT_LANES, ...; it loads BATCH splits before
-// merging them so their loads overlap; the split lanes merge in shared memory.
-template <int HEAD_DIM>
-__global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionParams p, Splits part) {
-  constexpr int CHUNKS = HEAD_DIM / 4;                 // float4 per row: 16, 32, 64
-  constexpr int SPLIT_LANES = MERGE_THREADS / CHUNKS;  // splits read side by side: 8, 4, 2
-  constexpr int BATCH = 4;                             // splits per thread in flight
-  __shared__ float m_s[SPLIT_LANES];
-  __shared__ __align__(16) float o_s[SPLIT_LANES][HEAD_DIM];
-  __shared__ float l_s[SPLIT_LANES];
-
-  const int r = blockIdx.x, h = blockIdx.y;
-  const int row = p.batch.query_start_loc[r];
-  if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row: nothing to merge
-  const int split_lane = threadIdx.x / CHUNKS, chunk = threadIdx.x % CHUNKS;
-  const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;                    // row of [num_tokens * Hq]
-  const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;  // rows per split
-
-  SoftmaxState<4> acc;  // this thread's splits so far, dims [chunk * 4, chunk * 4 + 4)
-  acc.init();
-  // TODO 3: merge the partials with SoftmaxState::merge: split s is the state (m = lse_s, l = 1, o = o_s)
-  (void)split_stride, (void)BATCH, (void)part;
-  if (threadIdx.x == 0) PA_TODO(3);
-
-  *reinterpret_cast<float4*>(&o_s[split_lane][chunk * 4]) = make_float4(acc.o[0], acc.o[1], acc.o[2], acc.o[3]);
-  if (chunk == 0) {
-    m_s[split_lane] = acc.m;
-    l_s[split_lane] = acc.l;
-  }
-  __syncthreads();
-  if (split_lane != 0) return;  // no barrier follows
-  for (int sl = 1; sl < SPLIT_LANES; ++sl) {
-    SoftmaxState<4> b;
-    b.m = m_s[sl];
-    b.l = l_s[sl];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) b.o[i] = o_s[sl][chunk * 4 + i];
-    acc.merge(b);
-  }
-  // All splits empty cannot happen for a decode row (seq_len >= 1), but the
-  // empty-state rule would still give exact zeros and lse -inf.
-  const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * HEAD_DIM + chunk * 4);
-  dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
-  dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
-  if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
-}
-
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// The SM count of the current device, read once per device and host thread.
-int sm_count() {
-  thread_local int cached_device = -1, cached_count = 0;
-  int device = 0;
-  PA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    PA_CHECK(cudaDeviceGetAttribute(&cached_count, cudaDevAttrMultiProcessorCount, device));
-    cached_device = device;
-  }
-  return cached_count;
-}
-
-// The partials live in one workspace per host thread that only grows. Growing
-// calls cudaFree, which waits for the device, so no launch still reads the old
-// one. Limitation (kept for simplicity): two streams driven from one host thread
-// must not run split launches at the same time, as they would share it.
-struct Workspace {
-  DeviceBuffer<float> o;    // [num_splits, num_tokens, Hq, D]
-  DeviceBuffer<float> lse;  // [num_splits, num_tokens, Hq]
-};
-Workspace& workspace() {
-  thread_local Workspace ws;
-  return ws;
-}
-
-// Throws, before any launch, when a request has more than one query. The host
-// flags decide in the common case; when max_query_len is only a loose bound the
-// query starts are read back to name the request (or to find there is none).
-void require_decode_batch(const AttentionParams& p) {
-  if (p.batch.decode_only || p.batch.max_query_len <= 1) return;
-  std::vector<int> starts(p.batch.num_requests + 1);
-  PA_CHECK(cudaMemcpy(starts.data(), p.batch.query_start_loc, starts.size() * sizeof(int), cudaMemcpyDeviceToHost));
-  for (int r = 0; r < p.batch.num_requests; ++r) {
-    const int q_len = starts[r + 1] - starts[r];
-    PA_REQUIRE(q_len <= 1, "stage 04 (split-KV) serves decode batches only (every q_len <= 1): request " +
-                               std::to_string(r) + " has " + std::to_string(q_len) +
-                               " queries; run prefill chunks and prompts through stage 02 or 03");
-  }
-}
-
-// One decode tile per (split, KV head, request): a q_len <= 1 row of GROUP_PAD
-// <= 8 heads always fits its 16 rows. Then, with several splits, the merge.
-template <int HEAD_DIM>
-void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream) {
-  using T = DecodeTiling<HEAD_DIM>;
-  const dim3 grid(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
-  launch(stage03::gqa_packing_kernel<T, Splits>, grid, dim3(T::NUM_THREADS), T::SMEM_BYTES, stream, p, pk, part);
-  if (part.num_splits > 1) {
-    launch(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
-           p, part);
-  }
-}
-
-int max_blocks(const AttentionParams& p) { return std::max(1, ceil_div(p.batch.max_seq_len, p.kv.block_size)); }
-
-}  // namespace
-
-SplitPlan plan_fixed(const AttentionParams& p, int num_splits) {
-  PA_REQUIRE(num_splits >= 1 && num_splits <= MAX_SPLITS,
-             "stage 04: num_splits " + std::to_string(num_splits) + " is outside 1.." + std::to_string(MAX_SPLITS));
-  return SplitPlan{num_splits, ceil_div(max_blocks(p), num_splits)};
-}
-
-SplitPlan plan(const AttentionParams& p, int num_sms) {
-  const int num_blocks = max_blocks(p);
-  const int programs = std::max(1, p.batch.num_requests * p.kv.num_kv_heads);  // without splitting
-  // TODO 4: the dispatch rule: as many splits as fit in one wave of PROGRAMS_PER_SM per SM, each >= MIN_KEYS_PER_SPLIT keys, at most MAX_SPLITS
-  (void)num_blocks, (void)programs, (void)num_sms, (void)MIN_KEYS_PER_SPLIT, (void)PROGRAMS_PER_SM;
-  PA_TODO_HOST(4, "04_split_kv");
-}
+SplitPlan plan(const AttentionParams& p, int num_sms) { return plan_rule(p, num_sms); }
 
 void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream, 0); }
 
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 04 implements plain causal decode attention: no sliding window, no sinks");
+  PA_REQUIRE(p.kv.format == KvFormat::bf16,
+             std::string("stage 04 reads bf16 caches; this one is ") + name(p.kv.format) +
+                 ": run 8-bit caches through stage 05 (05_quantized_kv)");
   PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
              "stage 04: num_q_heads must be a multiple of num_kv_heads");
   const int group = p.num_q_heads / p.kv.num_kv_heads;
@@ -216,25 +34,10 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
                                                             std::to_string(stage03::MAX_GROUP) + ")");
   PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
              "stage 04: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
+  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
+             "stage 04: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
   require_decode_batch(p);
-  const SplitPlan sp = num_splits == 0 ? plan(p, sm_count()) : plan_fixed(p, num_splits);
-
-  Splits part{nullptr, nullptr, sp.num_splits, sp.blocks_per_split * p.kv.block_size};
-  if (sp.num_splits > 1) {
-    const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
-    Workspace& ws = workspace();
-    ws.o.resize(rows * p.kv.head_dim);
-    ws.lse.resize(rows);
-    part.part_o = ws.o.data();
-    part.part_lse = ws.lse.data();
-  }
-  const stage03::Packing pk = stage03::make_packing(p, group);
-  switch (p.kv.head_dim) {
-    case 64: launch_splits<64>(p, pk, part, stream); break;
-    case 128: launch_splits<128>(p, pk, part, stream); break;
-    case 256: launch_splits<256>(p, pk, part, stream); break;
-    default: throw Error("stage 04: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
-  }
+  forward_splits<stage03::Bf16Kv, stage03::CausalMask>(p, stage03::make_packing(p, group), stream, num_splits);
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("04_split_kv");
 }

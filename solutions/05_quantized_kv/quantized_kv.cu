@@ -1,0 +1,167 @@
+// Stage 05: INT8 and FP8 (E4M3) KV caches.
+//
+// A decode reads every cached byte once, so its time is bytes / bandwidth: one
+// byte per element instead of two (plus one fp32 scale per token and KV head)
+// makes it ~1.9x faster and fits ~1.9x the tokens in the same memory.
+//  - Write path (this file): each new token's K and V head rows are quantized
+//    once, on write, through slot_mapping: scale = max|x| / 127 (int8) or / 448
+//    (e4m3), code = x / scale rounded (common/quant.cuh is the rule, written once
+//    for the host too; the tests compare bit for bit).
+//  - Read path: stage 03's kernel with the QuantizedKv policy
+//    (quantized_kv.cuh): code tiles and scales stream through the cp.async ring,
+//    codes become bf16 in registers, scales are applied in fp32 to S and P.
+//    Decode batches that the split plan splits run stage 04's splits with the
+//    same policy; everything else runs stage 03's whole-context tiles.
+#include <string>
+
+#include "common/batch_ops.h"
+#include "common/launch.cuh"
+#include "common/quant.cuh"
+#include "common/stages.h"
+#include "common/todo.cuh"
+#include "quantized_kv.cuh"
+// At stage 05 the learner has finished stages 03 and 04: their kernels are used as written there.
+#include "solutions/03_gqa_packing/gqa_packing.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
+
+namespace pa::stage05 {
+namespace {
+
+// One program per new token, one warp per head row: warp w quantizes rows
+// w, w + WRITE_WARPS, ... of the token's 2 x num_kv_heads rows (K rows, then V
+// rows). A head row (<= 256 values) fits a warp's registers, 8 per lane at
+// most, so max|x| is a warp butterfly with no shared memory and no barrier.
+// Lane l owns dims l, l + 32, ...: each load and store of the warp covers 32
+// consecutive elements.
+constexpr int WRITE_WARPS = 4;
+constexpr int MAX_PER_LANE = 256 / 32;  // head_dim <= 256
+
+template <KvFormat F>
+__global__ void __launch_bounds__(32 * WRITE_WARPS)
+    quantize_write_kernel(PagedKV kv, const bf16* __restrict__ k_new,  // [num_tokens, Hkv, D]
+                          const bf16* __restrict__ v_new,              // [num_tokens, Hkv, D]
+                          const int* __restrict__ slot_mapping) {      // [num_tokens]
+  const int token = blockIdx.x;
+  const int slot = slot_mapping[token];
+  if (slot < 0) return;  // padding row: the whole block leaves, no warp is left waiting
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int Hkv = kv.num_kv_heads, D = kv.head_dim;
+  for (int row = warp; row < 2 * Hkv; row += WRITE_WARPS) {  // warp-uniform: all lanes shuffle together
+    const bool is_v = row >= Hkv;
+    const int head = is_v ? row - Hkv : row;
+    const bf16* src = (is_v ? v_new : k_new) + (static_cast<size_t>(token) * Hkv + head) * D;        // [D]
+    uint8_t* codes = (is_v ? kv.v_codes : kv.k_codes) + (static_cast<size_t>(slot) * Hkv + head) * D;  // [D]
+    float* scale_out = (is_v ? kv.v_scale : kv.k_scale) + static_cast<size_t>(slot) * Hkv + head;
+
+    float x[MAX_PER_LANE];  // this lane's dims lane + 32 i (0 past D)
+#pragma unroll
+    for (int i = 0; i < MAX_PER_LANE; ++i) {
+      const int d = lane + 32 * i;
+      x[i] = d < D ? __bfloat162float(src[d]) : 0.0f;
+    }
+    //@ TODO 1: the row's scale: max|x| over the warp (nan_max, so a NaN poisons the row), divided by KvCodec<F>::MAX_CODE
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAX_PER_LANE; ++i) amax = nan_max(amax, fabsf(x[i]));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float scale = amax / KvCodec<F>::MAX_CODE;  // the same on every lane
+    //@ skeleton
+    //@ const float scale = 0.0f;  // placeholder: every row "all zeros"
+    //@ if (lane == 0) PA_TODO(1);
+    //@ end
+#pragma unroll
+    for (int i = 0; i < MAX_PER_LANE; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= D) continue;
+      //@ TODO 2: the code of x[i]: 0 for a zero scale; else x / scale, int8: rounded half to even, clamped to [-127, 127]; e4m3: round-to-nearest, saturated
+      uint8_t code = 0;  // a zero scale (all-zero row): x / 0 would be NaN
+      if (scale != 0.0f) {
+        const float y = x[i] / scale;  // one correctly rounded division, as on the host
+        if constexpr (F == KvFormat::int8) {
+          code = static_cast<uint8_t>(static_cast<int8_t>(fminf(fmaxf(rintf(y), -127.0f), 127.0f)));
+        } else {
+          code = static_cast<uint8_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3));
+        }
+      }
+      //@ skeleton
+      //@ const uint8_t code = 0;  // placeholder
+      //@ if (lane == 0 && i == 0) PA_TODO(2);
+      //@ end
+      codes[d] = code;
+    }
+    if (lane == 0) *scale_out = scale;
+  }
+}
+
+// The stage 03 / stage 04 rules this stage inherits (group, block size, head_dim).
+stage03::Packing validate(const AttentionParams& p) {
+  PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
+             "stage 05 implements causal attention over 8-bit caches: no sliding window (stage 06), no sinks");
+  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
+             std::string("stage 05: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
+             "stage 05: num_q_heads must be a multiple of num_kv_heads");
+  const int group = p.num_q_heads / p.kv.num_kv_heads;
+  PA_REQUIRE(group >= 1 && group <= stage03::MAX_GROUP,
+             "stage 05: group " + std::to_string(group) + " is not supported (1.." +
+                 std::to_string(stage03::MAX_GROUP) + ")");
+  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
+             "stage 05: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
+  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
+             "stage 05: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
+  return stage03::make_packing(p, group);
+}
+
+// Decode-only batches that the split plan splits (or any forced split count)
+// take stage 04's splits; everything else stage 03's whole-context tiles.
+template <class Kv>
+void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits) {
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  PA_REQUIRE(num_splits == 0 || decode_only,
+             "stage 05: a forced split count needs a decode-only batch (every q_len <= 1)");
+  if (decode_only && (num_splits > 0 || stage04::plan_rule(p, stage04::sm_count()).num_splits > 1)) {
+    stage04::forward_splits<Kv, stage03::CausalMask>(p, pk, stream, num_splits);
+    return;
+  }
+  switch (p.kv.head_dim) {
+    case 64: stage03::dispatch_whole_context<64, Kv>(p, pk, stream); break;
+    case 128: stage03::dispatch_whole_context<128, Kv>(p, pk, stream); break;
+    default: stage03::dispatch_whole_context<256, Kv>(p, pk, stream); break;
+  }
+}
+
+}  // namespace
+
+void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping, int num_tokens,
+              cudaStream_t stream) {
+  PA_REQUIRE(is_quantized(kv.format), "stage05::write_kv quantizes into an 8-bit cache; this one is bf16");
+  PA_REQUIRE(kv.k_codes && kv.v_codes && kv.k_scale && kv.v_scale,
+             std::string("stage05::write_kv: a ") + name(kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(kv.head_dim > 0 && kv.head_dim % 32 == 0 && kv.head_dim <= 32 * MAX_PER_LANE,
+             "stage05::write_kv: head_dim " + std::to_string(kv.head_dim) + " is not a multiple of 32 up to 256");
+  if (num_tokens > 0) {
+    const dim3 grid(num_tokens), block(32 * WRITE_WARPS);
+    if (kv.format == KvFormat::int8) {
+      launch(quantize_write_kernel<KvFormat::int8>, grid, block, 0, stream, kv, k_new, v_new, slot_mapping);
+    } else {
+      launch(quantize_write_kernel<KvFormat::fp8_e4m3>, grid, block, 0, stream, kv, k_new, v_new, slot_mapping);
+    }
+  }
+  //@+ PA_CHECK_TODOS("05_quantized_kv");
+}
+
+void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream, 0); }
+
+void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
+  const stage03::Packing pk = validate(p);
+  switch (p.kv.format) {
+    case KvFormat::int8: run<QuantizedKv<KvFormat::int8>>(p, pk, stream, num_splits); break;
+    case KvFormat::fp8_e4m3: run<QuantizedKv<KvFormat::fp8_e4m3>>(p, pk, stream, num_splits); break;
+    case KvFormat::bf16: run<stage03::Bf16Kv>(p, pk, stream, num_splits); break;  // the baseline, same dispatch
+  }
+  clear_padding_rows(p, stream);
+  //@+ PA_CHECK_TODOS("05_quantized_kv");
+}
+
+}  // namespace pa::stage05
