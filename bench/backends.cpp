@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -134,11 +135,27 @@ int main(int argc, char** argv) {
       if (which != "all" && which != c.name) continue;
       std::cerr << "[backends] case " << c.name << " (" << c.what << (full ? "" : ", contexts / 8")
                 << "): building inputs and the fp64 oracle...\n";
-      const Problem p = make_problem(cfg, c.requests, {.seed = 2024});
-      const OracleResult want = reference_attention(p);
-      DeviceBatch db(p);
+      const Problem shared_p = make_problem(cfg, c.requests, {.seed = 2024});
+      const OracleResult shared_want = reference_attention(shared_p);
+      DeviceBatch shared_db(shared_p);
       for (const Backend& b : pa::bench::backends()) {
         std::cerr << "[backends]   " << b.name << "\n";
+        // A backend that adjusts the configuration (8-bit cache, window) gets
+        // its own Problem, oracle and device batch; the error is against the
+        // oracle on what its cache holds (dequantized codes), bytes its own.
+        std::optional<Problem> own_p;
+        std::optional<OracleResult> own_want;
+        std::optional<DeviceBatch> own_db;
+        if (b.configure) {
+          AttentionConfig own_cfg = cfg;
+          b.configure(own_cfg);
+          own_p.emplace(make_problem(own_cfg, c.requests, {.seed = 2024}));
+          own_want.emplace(reference_attention(*own_p));
+          own_db.emplace(*own_p);
+        }
+        const Problem& p = own_p ? *own_p : shared_p;
+        const OracleResult& want = own_want ? *own_want : shared_want;
+        DeviceBatch& db = own_db ? *own_db : shared_db;
         if (const std::string why = b.unsupported(p); !why.empty()) {
           emit("{\"case\":\"" + c.name + "\",\"backend\":\"" + b.name + "\",\"skipped\":\"" + why + "\"}");
           continue;

@@ -40,7 +40,7 @@ constexpr bool kGpu = false;
 double g_read_gbps = 0.0;  // measured by the probe before any benchmark runs
 
 struct BenchCase {
-  std::string family;  // decode | long | mixed | prefill
+  std::string family;  // decode | long | window | mixed | prefill
   std::string label;   // e.g. batch:64/ctx:4096
   std::vector<RequestShape> requests;
   int iterations;
@@ -63,6 +63,11 @@ std::vector<BenchCase> cases() {
   for (int b : longs)
     out.push_back({"long", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(long_ctx),
                    decode_requests(b, long_ctx), kGpu ? 10 : 1});
+  // Window 4096 (06_sliding_window only) on 32768-token decodes: reads 1/8 of
+  // each context, so compare with decode batch:4 and batch:64 at ctx 4096.
+  for (int b : kGpu ? std::vector<int>{4, 64} : std::vector<int>{2})
+    out.push_back({"window", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(long_ctx) + "/window:4096",
+                   decode_requests(b, long_ctx), kGpu ? 10 : 1});
   const int s = kGpu ? 1 : 32;
   std::vector<RequestShape> mixed = {{512 / s, 4096 / s}, {512 / s, 2048 / s}};
   for (int i = 0; i < 30; ++i) mixed.push_back({1, (1024 + 128 * i) / s});
@@ -83,6 +88,11 @@ std::string over_budget(const Backend& b, const BenchCase& c) {
 
 void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
   AttentionConfig cfg;  // Qwen3-8B: Hq 32, Hkv 8, D 128, block 16
+  if (b.configure) b.configure(cfg);  // 8-bit cache, window: kv_bytes below is then the backend's own floor
+  if (c.family == "window" && cfg.window == 0) {
+    state.SkipWithError("unsupported: the window case runs windowed backends only");
+    return;
+  }
   const Problem p = make_problem(cfg, c.requests, {.seed = 1, .fill_values = false});
   if (std::string why = b.unsupported(p); !why.empty()) {
     state.SkipWithError(("unsupported: " + why).c_str());
@@ -138,6 +148,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("flavor", kGpu ? "gpu" : "cpu-smoke");
     for (const BenchCase& c : cases()) {
       for (const Backend& b : bench::backends()) {
+        AttentionConfig probe_cfg;
+        if (b.configure) b.configure(probe_cfg);
+        if (c.family == "window" && probe_cfg.window == 0) continue;  // the window case is for windowed backends
         benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
                                      [&b, c](benchmark::State& st) { run_case(st, b, c); })
             ->UseManualTime()

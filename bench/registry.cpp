@@ -5,6 +5,7 @@
 namespace pa::bench {
 
 namespace {
+constexpr int kBenchWindow = 4096;
 std::string always(const Problem&) { return {}; }
 std::string decode_only(const Problem& p) {
   return p.meta.decode_only ? std::string() : "split-KV serves decode-only batches";
@@ -19,6 +20,13 @@ const std::vector<Backend>& backends() {
       {"02_fused_paged", always, [](const Problem&, DeviceBatch& db) { stage02::forward(db.params()); }},
       {"03_gqa_packing", always, [](const Problem&, DeviceBatch& db) { stage03::forward(db.params()); }},
       {"04_split_kv", decode_only, [](const Problem&, DeviceBatch& db) { stage04::forward(db.params()); }},
+      {"05_quantized_kv_int8", always, [](const Problem&, DeviceBatch& db) { stage05::forward(db.params()); },
+       [](AttentionConfig& c) { c.kv_format = KvFormat::int8; }},
+      {"05_quantized_kv_fp8", always, [](const Problem&, DeviceBatch& db) { stage05::forward(db.params()); },
+       [](AttentionConfig& c) { c.kv_format = KvFormat::fp8_e4m3; }},
+      // Window 4096 on every case: the 32768-token decodes read 1/8 of their context.
+      {"06_sliding_window", always, [](const Problem&, DeviceBatch& db) { stage06::forward(db.params()); },
+       [](AttentionConfig& c) { c.window = kBenchWindow; }},
   };
   return all;
 }

@@ -112,7 +112,14 @@ size_t Problem::kv_token_bytes() const {
 
 size_t Problem::kv_bytes_read() const {
   size_t tokens = 0;
-  for (int s : meta.seq_lens) tokens += static_cast<size_t>(s);
+  for (int r = 0; r < meta.num_requests(); ++r) {
+    const int seq_len = meta.seq_lens[r];
+    // With a sliding window only the keys some query of r sees: from its oldest
+    // query's window start (position seq_len - q_len - window + 1) to the end,
+    // i.e. min(seq_len, q_len + window - 1) keys; a decode: min(seq_len, window).
+    const int keys = cfg.window > 0 ? std::min(seq_len, meta.q_len(r) + cfg.window - 1) : seq_len;
+    tokens += static_cast<size_t>(std::max(keys, 0));
+  }
   return tokens * kv_token_bytes();
 }
 

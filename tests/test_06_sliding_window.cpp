@@ -1,0 +1,159 @@
+// Stage 06: sliding-window attention. A query at q_pos sees keys k_pos <= q_pos
+// with q_pos - k_pos < window; the key loop starts at the window's first block,
+// split-KV splits only the window. The fp64 oracle applies the same rule.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "tests/harness.h"
+
+namespace pa::test {
+namespace {
+
+constexpr int kAuto = 0;  // num_splits 0: stage 06's own dispatch
+
+AttentionConfig wconfig(int num_q_heads, int num_kv_heads, int head_dim, int block_size, int window,
+                        KvFormat f = KvFormat::bf16) {
+  AttentionConfig c = config(num_q_heads, num_kv_heads, head_dim, block_size);
+  c.window = window;
+  c.kv_format = f;
+  return c;
+}
+
+struct WindowCase {
+  Case c;
+  int num_splits;
+};
+std::string window_case_name(const testing::TestParamInfo<WindowCase>& info) { return info.param.c.name; }
+void PrintTo(const WindowCase& w, std::ostream* os) {
+  *os << w.c.name << " (" << w.c.cfg.describe() << ", num_splits " << w.num_splits << ")";
+}
+
+Forward run_stage06(int num_splits) {
+  return [num_splits](const Problem&, DeviceBatch& db) { stage06::forward(db.params(), nullptr, num_splits); };
+}
+
+std::vector<RequestShape> ragged_decodes() { return {{1, 70}, {1, 130}, {1, 1}, {1, 33}}; }
+
+class Stage06 : public testing::TestWithParam<WindowCase> {};
+
+TEST_P(Stage06, MatchesOracle) { expect_matches_oracle(GetParam().c, run_stage06(GetParam().num_splits)); }
+
+std::vector<WindowCase> stage06_cases() {
+  using F = KvFormat;
+  std::vector<WindowCase> cases = {
+      // Window 1: every query sees only its own key (prefill tiles and decodes).
+      {{"Window1_Milestone_Group4", wconfig(8, 2, 128, 16, 1), milestone_requests()}, kAuto},
+      {{"Window1_Decodes_Splits3", wconfig(8, 2, 64, 16, 1), ragged_decodes()}, 3},
+      // Smaller than a block: the first block is partly before the window (masked).
+      {{"Window5_Block16_Milestone_Group3", wconfig(6, 2, 128, 16, 5), milestone_requests()}, kAuto},
+      {{"Window5_Block16_Decodes", wconfig(8, 2, 64, 16, 5), ragged_decodes()}, kAuto},
+      // Windows whose start falls inside a block, spanning several blocks.
+      {{"Window20_Block16_Milestone_Group4", wconfig(8, 2, 128, 16, 20), milestone_requests()}, kAuto},
+      {{"Window37_Block16_Milestone_MHA_D64", wconfig(4, 4, 64, 16, 37), milestone_requests()}, kAuto},
+      {{"Window23_Block1_Milestone_Group8", wconfig(16, 2, 64, 1, 23), milestone_requests()}, kAuto},
+      {{"Window100_Block64_Milestone_D256", wconfig(8, 2, 256, 64, 100), milestone_requests()}, kAuto},
+      // Larger than every context: the same as no window.
+      {{"Window1000_LargerThanContext", wconfig(8, 2, 128, 16, 1000), milestone_requests()}, kAuto},
+      {{"Window0_NoWindow", wconfig(8, 2, 64, 16, 0), milestone_requests()}, kAuto},
+      // A long prompt: prefill tiles of 64-key steps skip the tiles outside every row's window.
+      {{"Window50_LongPrompt_Group4", wconfig(8, 2, 64, 16, 50), {{300, 300}, {40, 200}, {1, 180}}}, kAuto},
+      // Mixed prefill chunks, prompts and decodes, with padding rows.
+      {{"Window37_RandomMixed_Padding", wconfig(8, 2, 128, 16, 37), random_mixed_requests(11, 6, 150),
+        BuildOptions{.seed = 11, .padding_rows = 2}},
+       kAuto},
+      // Decodes through the split path: only the window is split, splits start at its first block.
+      {{"Window40_Decodes_Splits3", wconfig(8, 2, 128, 16, 40), ragged_decodes()}, 3},
+      {{"Window40_Decodes_Splits8", wconfig(8, 2, 128, 16, 40), ragged_decodes()}, 8},
+      {{"Window300_LongDecodes_Block1_Splits8", wconfig(6, 2, 64, 1, 300), {{1, 1000}, {1, 250}, {1, 999}}}, 8},
+      {{"Window500_OneLongDecode_SplitsAuto", wconfig(1, 1, 64, 16, 500), {{1, 2400}}}, kAuto},
+      {{"Window17_EmptyRequestsAndPadding_Splits3", wconfig(8, 2, 64, 16, 17), {{0, 0}, {1, 40}, {0, 0}, {1, 9}},
+        BuildOptions{.seed = 7, .padding_rows = 3}},
+       3},
+      // Quantized caches with a window (stage 05's policy), both paths.
+      {{"Int8_Window20_Milestone", wconfig(8, 2, 128, 16, 20, F::int8), milestone_requests()}, kAuto},
+      {{"Fp8_Window20_Milestone", wconfig(8, 2, 128, 16, 20, F::fp8_e4m3), milestone_requests()}, kAuto},
+      {{"Int8_Window40_Decodes_Splits3", wconfig(8, 2, 128, 16, 40, F::int8), ragged_decodes()}, 3},
+      {{"Fp8_Window5_Block1_Decodes_Splits8", wconfig(8, 2, 64, 1, 5, F::fp8_e4m3), ragged_decodes()}, 8},
+  };
+  if (kGpuBuild) {
+    cases.push_back({{"Gpu_Window4096_Decode4x32768_Qwen3Shape", wconfig(32, 8, 128, 16, 4096),
+                      decode_requests(4, 32768)},
+                     kAuto});
+    cases.push_back({{"Gpu_Int8_Window1000_Mixed_Qwen3Shape", wconfig(32, 8, 128, 16, 1000, F::int8),
+                      random_mixed_requests(5, 12, 4096), BuildOptions{.seed = 5, .padding_rows = 4}},
+                     kAuto});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Stage06, testing::ValuesIn(stage06_cases()), window_case_name);
+
+void expect_exact_zero_padding(int num_splits) {
+  const Problem p = make_problem(wconfig(8, 2, 64, 16, 9), {{0, 0}, {1, 40}, {0, 0}, {2, 9}},
+                                 BuildOptions{.padding_rows = 3});
+  DeviceBatch db(p);
+  stage06::forward(db.params(), nullptr, num_splits);
+  const std::vector<bf16> out = db.out.download();
+  const std::vector<float> lse = db.lse.download();
+  const size_t row_elems = static_cast<size_t>(p.cfg.num_q_heads) * p.cfg.head_dim;
+  for (int row = p.meta.query_start_loc.back(); row < p.meta.num_tokens; ++row) {
+    for (size_t e = 0; e < row_elems; ++e) {
+      uint16_t b;
+      std::memcpy(&b, &out[row * row_elems + e], sizeof(b));
+      ASSERT_EQ(b, 0u) << "padding row " << row << " element " << e << " is not exactly +0.0";
+    }
+    for (int h = 0; h < p.cfg.num_q_heads; ++h) {
+      const float l = lse[static_cast<size_t>(row) * p.cfg.num_q_heads + h];
+      ASSERT_TRUE(std::isinf(l) && l < 0) << "padding row " << row << " head " << h << ": lse " << l;
+    }
+  }
+}
+TEST(Stage06Padding, ExactZerosPrefillTile) { expect_exact_zero_padding(kAuto); }
+
+TEST(Stage06Reruns, BitIdenticalWindowedSplits) {
+  expect_bit_identical_reruns({"Window40", wconfig(8, 2, 128, 16, 40), ragged_decodes()}, run_stage06(3));
+}
+
+// The bytes a windowed decode must read: min(seq_len, window) keys per request.
+// A 4096 window on 32768-token contexts is 1/8 of the whole contexts' bytes
+// (here scaled down 16x: 256 of 2048).
+TEST(Stage06Bytes, WindowedDecodeReadsOneEighth) {
+  const Problem whole = make_problem(wconfig(8, 2, 64, 16, 0), decode_requests(4, 2048), {.fill_values = false});
+  const Problem windowed = make_problem(wconfig(8, 2, 64, 16, 256), decode_requests(4, 2048), {.fill_values = false});
+  EXPECT_EQ(windowed.kv_bytes_read() * 8, whole.kv_bytes_read());
+  // A prompt of q_len queries needs the window of its oldest query too: q_len + window - 1 keys.
+  const Problem prompt = make_problem(wconfig(8, 2, 64, 16, 100), {{50, 1000}}, {.fill_values = false});
+  EXPECT_EQ(prompt.kv_bytes_read(), static_cast<size_t>(149) * prompt.kv_token_bytes());
+}
+
+// The split plan over the window: 1 x 32768 with a 4096 window on 132 SMs splits
+// the window's 257 blocks (4096 + 15 keys), not the context's 2048.
+TEST(Stage06Plan, SplitsOnlyTheWindow) {
+  AttentionParams p{};
+  p.batch.num_requests = 1;
+  p.batch.num_tokens = 1;
+  p.batch.max_query_len = 1;
+  p.batch.max_seq_len = 32768;
+  p.batch.decode_only = true;
+  p.kv.num_kv_heads = 8;
+  p.kv.block_size = 16;
+  p.kv.head_dim = 128;
+  p.num_q_heads = 32;
+  p.window = 4096;
+  const stage04::SplitPlan sp = stage06::plan(p, 132);
+  EXPECT_GE(sp.num_splits * sp.blocks_per_split * 16, 4096 + 15) << "the splits must cover the window's span";
+  EXPECT_LT((sp.num_splits - 1) * sp.blocks_per_split * 16, 4096 + 15) << "no split always empty";
+  EXPECT_EQ(sp.num_splits, 16) << "4111 keys / 256 keys per split at least";
+}
+
+TEST(Stage06Errors, RejectsNegativeWindow) {
+  const Problem p = make_problem(wconfig(8, 2, 64, 16, 0), ragged_decodes());
+  DeviceBatch db(p);
+  AttentionParams params = db.params();
+  params.window = -3;
+  expect_error([&] { stage06::forward(params); }, "negative");
+}
+
+}  // namespace
+}  // namespace pa::test
