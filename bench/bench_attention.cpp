@@ -8,7 +8,7 @@
 //   ms_median       median iteration time
 //   GBps            kv_bytes / ms_median
 //   floor_fraction  (kv_bytes / probe bandwidth) / ms_median: 1.0 = reads each byte once at full speed
-//   TFLOPs          prefill only: 4 * head_dim * Hq * causal (query, key) pairs / ms_median
+//   TFLOPs          prefill only: 4 * head_dim * Hq * attended (query, key) pairs / ms_median
 // The probe bandwidth (bench/probe.cu) is measured first, in the same run, and
 // stored in the JSON context as read_bandwidth_GBps.
 //
@@ -126,8 +126,9 @@ void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
   state.counters["floor_fraction"] = g_read_gbps > 0 ? (kv_bytes / (g_read_gbps * 1e9)) / (ms * 1e-3) : 0.0;
   state.counters["batch"] = static_cast<double>(c.requests.size());
   if (c.family == "prefill") {
-    const double n = c.requests[0].seq_len;
-    const double flops = 4.0 * cfg.head_dim * cfg.num_q_heads * n * (n + 1) / 2;
+    // Two matmuls (QK^T, PV) of 2 FLOPs per multiply-add over the pairs the
+    // softmax really covers: half the square when causal, less with a window.
+    const double flops = 4.0 * p.cfg.head_dim * p.cfg.num_q_heads * p.attended_pairs();
     state.counters["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
   }
 }

@@ -123,6 +123,17 @@ size_t Problem::kv_bytes_read() const {
   return tokens * kv_token_bytes();
 }
 
+double Problem::attended_pairs() const {
+  double pairs = 0;
+  for (int r = 0; r < meta.num_requests(); ++r) {
+    for (int i = 0; i < meta.q_len(r); ++i) {
+      const int q_pos = meta.seq_lens[r] - meta.q_len(r) + i;  // sees keys 0..q_pos
+      pairs += cfg.window > 0 ? std::min(q_pos + 1, cfg.window) : q_pos + 1;
+    }
+  }
+  return pairs;
+}
+
 Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>& requests,
                      const BuildOptions& opt) {
   validate_config(cfg);

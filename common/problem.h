@@ -76,6 +76,7 @@ struct Problem {
   size_t kv_token_bytes() const;  // bytes of K+V for one token of one layer (8-bit: codes + scales)
   size_t kv_bytes_read() const;   // K/V bytes a read-once kernel must load: sum of seq_lens, or with
                                   //   cfg.window > 0 of the keys some query sees, min(seq_len, q_len + window - 1)
+  double attended_pairs() const;  // (query, key) pairs the softmax covers: causal, inside the window
 };
 
 // One request: (q_len, seq_len). q_len == seq_len is a full prompt, 1 a decode.

@@ -16,6 +16,8 @@ HEADLINE = [
     ("decode", "batch:64/ctx:4096"),
     ("long", "batch:1/ctx:32768"),
     ("long", "batch:4/ctx:32768"),
+    ("window", "batch:4/ctx:32768/window:4096"),
+    ("window", "batch:64/ctx:32768/window:4096"),
     ("mixed", "chunks:2/decodes:30"),
     ("prefill", "batch:1/len:4096"),
     ("prefill", "batch:1/len:16384"),

@@ -120,6 +120,13 @@ TEST(Builders, SameSeedSameBatch) {
   EXPECT_EQ(0, std::memcmp(a.q.data(), b.q.data(), a.q.size() * sizeof(bf16)));
 }
 
+TEST(Builders, AttendedPairsFollowCausalityAndWindow) {
+  Problem p = make_problem(config(2, 1, 64, 16), {{4, 4}, {1, 10}}, {.fill_values = false});
+  EXPECT_EQ(p.attended_pairs(), (1 + 2 + 3 + 4) + 10);
+  p.cfg.window = 2;  // each query sees itself and one key before it
+  EXPECT_EQ(p.attended_pairs(), (1 + 2 + 2 + 2) + 2);
+}
+
 TEST(WritePath, NewTokensLandInTheirSlots) {
   const Problem p = milestone();
   DeviceBatch db(p);
