@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
       std::ostringstream line;
       line << "{\"table\":\"kv_bytes_per_token\",\"model\":\"Qwen3-8B\",\"layers\":36,\"kv_heads\":8,\"head_dim\":128,"
            << "\"format\":\"" << f.name << "\",\"bytes_per_token\":" << bytes
-           << ",\"tokens_per_gb\":" << static_cast<long>(1e9 / bytes) << "}";
+           << ",\"tokens_per_gb\":" << std::lround(1e9 / bytes) << "}";
       emit(line.str());
     }
   } catch (const std::exception& e) {
