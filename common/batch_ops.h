@@ -20,6 +20,13 @@ void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int
 void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
                         int num_tokens, cudaStream_t stream = nullptr);
 
+// The attention kernels' code -> MMA operand conversion (common/quant.cuh's
+// decode4_bf16x2 / decode4_half2) over codes[0, n), n a multiple of 4, as a
+// kernel: bf16_bits[i] / half_bits[i] = code i's value as bf16 / fp16 bits. For
+// tests: on a GPU build it runs the device path those kernels use.
+void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* bf16_bits, uint16_t* half_bits,
+                  cudaStream_t stream = nullptr);
+
 // Rows [batch.first_padding_row, batch.num_tokens) belong to no request: out := 0,
 // lse := -inf. A no-op when there are none.
 void clear_padding_rows(const AttentionParams& p, cudaStream_t stream = nullptr);

@@ -34,6 +34,7 @@
 #if defined(__CUDACC__) || defined(PA_HOST_CUDA_HEADERS)
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #endif
 
@@ -82,6 +83,92 @@ struct KvCodec<KvFormat::fp8_e4m3> {
     return static_cast<float>(v);
   }
 };
+
+// ---- Codes -> 16-bit MMA operands (the attention kernels' inner loop).
+//
+// Four codes (one 32-bit word, code 0 in the low byte) -> their four values,
+// exactly, as two packed pairs: out[0] = values 0, 1 and out[1] = values 2, 3,
+// the lower index in the low half. K tiles take bf16 (the MMA against bf16 Q),
+// V tiles fp16. No scale: the kernels apply it in fp32. Every int8 code and
+// every e4m3 value is exact in both formats (|int8| <= 128; e4m3 has 4
+// significant bits and exponents -9..8), so any exact method gives the same bits.
+//
+// Why bit tricks: a decode program converts 8192 codes per 32-key tile, and on
+// the GPU the general conversion instructions (int -> float, float -> bf16/fp16
+// pack) issue at a quarter of the ALU rate or less; they, not memory, bounded
+// the kernel. The device paths below use byte permutes, logic ops and one
+// 16-bit subtract per pair (or the hardware's paired e4m3 conversion); the host
+// path is the plain per-element rule. tests/test_quant.cpp checks both against
+// KvCodec::decode for all 256 codes.
+__host__ __device__ __forceinline__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16(f)); }
+__host__ __device__ __forceinline__ uint16_t half_bits(float f) { return __half_as_ushort(__float2half(f)); }
+
+template <KvFormat F>
+__host__ __device__ __forceinline__ void decode4_bf16x2(uint32_t w, uint32_t (&out)[2]) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (F == KvFormat::int8) {
+    // bf16 0x43XX with XX = the code's low 7 bits is 128 + XX (exponent 2^7,
+    // the 7 mantissa bits count ones). The sign bit s (bit 7) of the code
+    // weighs -128, so: code = (128 + low7) - (128 + 128 s), and 128 + 128 s is
+    // bf16 0x4300 | (s << 7) -- the same word with the other bits kept. Both
+    // operands lie in [128, 256], so the subtraction is exact (Sterbenz).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // bytes: code 2h, 0x43, code 2h + 1, 0x43 (__byte_perm: selector 4 = byte 0 of 0x43)
+      const uint32_t x = __byte_perm(w, 0x43u, h == 0 ? 0x4140 : 0x4342);
+      const uint32_t minuend = x & 0xFF7FFF7Fu, subtrahend = x & 0xFF80FF80u;
+      // minuend - subtrahend as fma(subtrahend, -1, minuend): one rounding of an exact result.
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out[h]) : "r"(subtrahend), "r"(0xBF80BF80u), "r"(minuend));
+    }
+  } else {
+    // e4m3x2 -> f16x2 (one hardware conversion per pair), f16 -> f32 on the
+    // fp16 pipe, then the two fp32 values' upper halves ARE their bf16 bits:
+    // truncation is exact for values with <= 8 significant bits (NaN stays NaN).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), __NV_E4M3)));
+      out[h] = __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
+    }
+  }
+#else
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo = bf16_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))));
+    const uint32_t hi = bf16_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))));
+    out[h] = lo | (hi << 16);
+  }
+#endif
+}
+
+template <KvFormat F>
+__host__ __device__ __forceinline__ void decode4_half2(uint32_t w, uint32_t (&out)[2]) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (F == KvFormat::int8) {
+    // Bias the codes to u = code + 128 in 0..255 (flip each byte's sign bit);
+    // fp16 0x64uu is 1024 + u (exponent 2^10, the mantissa counts ones), so
+    // subtracting 1152 = 0x6480 leaves the code, exactly (integers < 2048).
+    const uint32_t u = w ^ 0x80808080u;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t x = __byte_perm(u, 0x64u, h == 0 ? 0x4140 : 0x4342);  // 0x64, u[2h+1], 0x64, u[2h]
+      asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out[h]) : "r"(x), "r"(0x64806480u));
+    }
+  } else {
+    // One hardware conversion per pair, straight into the fp16 operand.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw v = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), __NV_E4M3);
+      out[h] = static_cast<uint32_t>(v.x) | (static_cast<uint32_t>(v.y) << 16);
+    }
+  }
+#else
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))));
+    const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))));
+    out[h] = lo | (hi << 16);
+  }
+#endif
+}
 
 // scale of a row whose largest magnitude is amax (NaN-propagating, see above).
 template <KvFormat F>

@@ -2,7 +2,8 @@
 //
 // The kernel (solutions/03_gqa_packing/gqa_packing.cuh) copies a tile's codes
 // (16 per cp.async) and its per-key fp32 scales into the ring, then calls this
-// policy: decode16() turns 16 codes into 16 16-bit values in registers, which
+// policy: decode16() turns 16 codes into 16 16-bit values in registers
+// (common/quant.cuh's decode4_bf16x2 / decode4_half2, 4 codes at a time), which
 // the kernel stores into the K/V tile its MMAs read (K bf16, V fp16), and the
 // two scale hooks put each key's scale back in fp32:
 //     S[:, j] = (Q . codes_k[j]) * k_scale[j]        (scale_scores)
@@ -34,35 +35,6 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return bits;
 }
 
-// The values of codes 0..3 of one 32-bit word (code 0 in the low byte).
-template <KvFormat F>
-__device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
-  if constexpr (F == KvFormat::int8) {
-#if defined(__CUDA_ARCH__)
-    // Integer -> float conversions issue at a quarter of the ALU rate; this is
-    // plain ALU work: with u = code + 128 (flip the sign bit of each byte), the
-    // fp32 with bits 0x4B0000uu is exactly 2^23 + u, so subtracting 2^23 + 128
-    // leaves the signed code, exactly.
-    const uint32_t u = w ^ 0x80808080u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 + i)) - 8388736.0f;
-#else
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = KvCodec<F>::decode(static_cast<uint8_t>(w >> (8 * i)));
-#endif
-  } else {
-#if defined(__CUDA_ARCH__)
-    // One hardware conversion per pair (e4m3x2 -> f16x2, exact: fp16 holds every e4m3 value).
-    const float2 a = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xFFFFu), __NV_E4M3)));
-    const float2 b = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3)));
-    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-#else
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = KvCodec<F>::decode(static_cast<uint8_t>(w >> (8 * i)));
-#endif
-  }
-}
-
 // The Kv policy of gqa_packing_kernel for an 8-bit cache of format F.
 //
 // Why V is fp16 and K bf16: S = Q K^T takes Q as it is (bf16) against the K
@@ -83,7 +55,7 @@ struct QuantizedKv {
   // the low half. No scale: the hooks below apply it in fp32.
   template <bool TO_HALF>
   __device__ __forceinline__ static void decode16(uint4 codes, uint4 (&vals)[2]) {
-    // TODO 3: dequantize 16 codes exactly: decode4 each 32-bit word, pack pairs (pack_bf16x2 for K, pack_half2 for V)
+    // TODO 3: dequantize 16 codes exactly: one 32-bit word (4 codes) at a time, decode4_bf16x2 (K) or decode4_half2 (V)
     (void)codes;
     vals[0] = vals[1] = make_uint4(0, 0, 0, 0);  // placeholder: every value 0
     if (threadIdx.x == 0) PA_TODO(3);
