@@ -33,6 +33,7 @@ namespace pa::stage04 {
 namespace {
 
 using stage03::DecodeTiling;
+using stage03::DecodeTilingFor;
 using stage03::KeyRange;
 
 constexpr int MAX_SPLITS = 64;           // partials per row stay small next to the cache
@@ -49,8 +50,13 @@ constexpr bool fits_per_sm() {
   return PROGRAMS_PER_SM * (DecodeTiling<HEAD_DIM>::SMEM_BYTES + SMEM_RESERVED_PER_BLOCK) <= SMEM_PER_SM;
 }
 static_assert(fits_per_sm<64>() && fits_per_sm<128>() && fits_per_sm<256>(), "PROGRAMS_PER_SM decode tiles must fit");
-// 8-bit caches (stage 05) need less: half-size code tiles plus one bf16 tile.
-static_assert(DecodeTiling<128>::SMEM_BYTES_8BIT <= DecodeTiling<128>::SMEM_BYTES, "8-bit tiles fit where bf16 ones do");
+// 8-bit caches (stage 05) need less: half-size code tiles plus one bf16 tile,
+// even with their two-warp tile's 32 rows of Q.
+template <int HEAD_DIM>
+constexpr bool fits_8bit() {
+  return DecodeTilingFor<HEAD_DIM, KvFormat::int8>::SMEM_BYTES_8BIT <= DecodeTiling<HEAD_DIM>::SMEM_BYTES;
+}
+static_assert(fits_8bit<64>() && fits_8bit<128>() && fits_8bit<256>(), "8-bit tiles fit where bf16 ones do");
 
 // The slice policy of stage 03's kernel for split-KV, and the partials that the
 // merge kernel reads. blockIdx.x of the tile kernel is the split.
@@ -230,7 +236,7 @@ void require_decode_batch(const AttentionParams& p) {
 // Kv / Mask: the cache format and mask policies (stage 05, stage 06).
 template <int HEAD_DIM, class Kv, class Mask>
 void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream) {
-  using T = DecodeTiling<HEAD_DIM>;
+  using T = DecodeTilingFor<HEAD_DIM, Kv::FORMAT>;
   const dim3 grid(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   launch(stage03::gqa_packing_kernel<T, Splits, Kv, Mask>, grid, dim3(T::NUM_THREADS),
          stage03::smem_bytes<T, Kv::FORMAT>(), stream, p, pk, part);

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstring>
+#include <type_traits>
 
 #include "common/attention_params.h"
 #include "common/cuda_compat.cuh"
@@ -78,6 +79,16 @@ struct Tiling {
 // share an SM. Stage 04 runs this tile too.
 template <int HEAD_DIM>
 using DecodeTiling = Tiling<HEAD_DIM, 1, 4096 / HEAD_DIM, 3>;
+// 8-bit caches (stage 05) convert every code of every tile to bf16/fp16 in
+// registers: 8192 codes per tile, 256 per lane for a lone warp, which then
+// bounds the program instead of memory. Two warps share that work (the loads
+// and conversions are spread over all threads; a warp without real rows skips
+// only the math), and their programs still fit 4 per SM (Q 32 rows + one bf16
+// K/V tile + the 8-bit ring: 47-49 KB for head_dim 64/128). Head_dim 256 keeps
+// one warp: 32 rows of Q there would drop it to 3 programs per SM.
+template <int HEAD_DIM, KvFormat F>
+using DecodeTilingFor = std::conditional_t<(F == KvFormat::bf16 || HEAD_DIM > 128), DecodeTiling<HEAD_DIM>,
+                                           Tiling<HEAD_DIM, 2, 4096 / HEAD_DIM, 3>>;
 // Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
 // their registers (~220 per lane) allow one program per SM anyway, so the shared
 // memory for a third stage (128 KB in all for head_dim 128) costs nothing.
@@ -503,12 +514,14 @@ void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t
          stream, p, pk, WholeContext{});
 }
 
-// The one-warp decode tile when every request's tile fits its 16 rows, so a
-// decode batch has many small programs; the 128-row tile for everything else.
+// The one-warp decode tile (two warps for 8-bit caches) when every request's
+// tile fits its rows, so a decode batch has many small programs; the 128-row
+// tile for everything else.
 template <int HEAD_DIM, class Kv = Bf16Kv, class Mask = CausalMask>
 void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
-  if ((p.batch.max_query_len << pk.group_shift) <= DecodeTiling<HEAD_DIM>::ROWS) {
-    run_whole_context<DecodeTiling<HEAD_DIM>, Kv, Mask>(p, pk, stream);
+  using Decode = DecodeTilingFor<HEAD_DIM, Kv::FORMAT>;
+  if ((p.batch.max_query_len << pk.group_shift) <= Decode::ROWS) {
+    run_whole_context<Decode, Kv, Mask>(p, pk, stream);
   } else {
     run_whole_context<PrefillTiling<HEAD_DIM>, Kv, Mask>(p, pk, stream);
   }
