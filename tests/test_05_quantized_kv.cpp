@@ -63,7 +63,10 @@ std::vector<QuantCase> stage05_cases() {
         {{n + "Milestone_Group4_D256_Block16", qconfig(f, 8, 2, 256, 16), milestone_requests()}, kAuto},
         {{n + "Milestone_Group4_D64_Block1", qconfig(f, 8, 2, 64, 1), milestone_requests()}, kAuto},
         {{n + "Milestone_Group4_D128_Block64", qconfig(f, 8, 2, 128, 64), milestone_requests()}, kAuto},
-        // Decodes: the one-warp tile whole (1 split) and through stage 04's splits and merge.
+        // Verify blocks that fill the 8-bit decode tile's 32 rows: its second warp has real rows too.
+        {{n + "VerifyBlocks_Group4_D128_TwoWarpTile", qconfig(f, 8, 2, 128, 16), {{8, 100}, {5, 37}, {1, 20}}}, kAuto},
+        {{n + "VerifyBlocks_MHA_D64_TwoWarpTile", qconfig(f, 2, 2, 64, 16), {{32, 90}, {20, 20}, {17, 50}}}, kAuto},
+        // Decodes: the decode tile whole (1 split) and through stage 04's splits and merge.
         {{n + "Decodes_Group4_D128_Splits1", qconfig(f, 8, 2, 128, 16), ragged_decodes()}, 1},
         {{n + "Decodes_Group4_D128_Splits3", qconfig(f, 8, 2, 128, 16), ragged_decodes()}, 3},
         {{n + "Decodes_Group3_D64_Block1_Splits8", qconfig(f, 6, 2, 64, 1), ragged_decodes()}, 8},
