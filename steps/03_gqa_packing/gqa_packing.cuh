@@ -45,7 +45,7 @@ constexpr float LOG2E = 1.4426950408889634f;
 [[maybe_unused]] constexpr float LN2 = 0.6931471805599453f;  // unused by the skeleton's placeholders
 
 // The shape of one program. Two are instantiated per head_dim (DecodeTiling,
-// PrefillTiling below).
+// PrefillTiling below; 8-bit caches add a two-warp decode tile, DecodeTilingFor).
 template <int HEAD_DIM_, int NUM_WARPS_, int TILE_K_, int STAGES_>
 struct Tiling {
   static constexpr int HEAD_DIM = HEAD_DIM_;
