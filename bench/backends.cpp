@@ -39,10 +39,8 @@ struct CaseSpec {
 // finishes in minutes on two cores.
 std::vector<CaseSpec> make_cases(bool full) {
   const int s = full ? 1 : 8;
-  std::vector<RequestShape> mixed = {{512 / s, 4096 / s}, {512 / s, 2048 / s}};  // two prefill chunks
-  for (int i = 0; i < 30; ++i) mixed.push_back({1, (1024 + 128 * i) / s});        // 30 decodes
   return {
-      {"mixed", "2 prefill chunks + 30 decodes", mixed},
+      {"mixed", "2 prefill chunks + 30 decodes", mixed_chunks_and_decodes(s)},
       {"long", "decode, 4 requests x 32768 tokens", decode_requests(4, 32768 / s)},
   };
 }

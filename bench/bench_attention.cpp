@@ -69,9 +69,7 @@ std::vector<BenchCase> cases() {
     out.push_back({"window", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(long_ctx) + "/window:4096",
                    decode_requests(b, long_ctx), kGpu ? 10 : 1});
   const int s = kGpu ? 1 : 32;
-  std::vector<RequestShape> mixed = {{512 / s, 4096 / s}, {512 / s, 2048 / s}};
-  for (int i = 0; i < 30; ++i) mixed.push_back({1, (1024 + 128 * i) / s});
-  out.push_back({"mixed", "chunks:2/decodes:30", mixed, kGpu ? 10 : 1});
+  out.push_back({"mixed", "chunks:2/decodes:30", mixed_chunks_and_decodes(s), kGpu ? 10 : 1});
   for (int n : kGpu ? std::vector<int>{4096, 16384} : std::vector<int>{64})
     out.push_back({"prefill", "batch:1/len:" + std::to_string(n), {{n, n}}, kGpu ? 5 : 1});
   return out;

@@ -243,6 +243,12 @@ std::vector<RequestShape> milestone_requests() {
   return {{16, 40}, {16, 16}, {21, 21}, {1, 70}, {1, 130}};
 }
 
+std::vector<RequestShape> mixed_chunks_and_decodes(int shrink) {
+  std::vector<RequestShape> out = {{512 / shrink, 4096 / shrink}, {512 / shrink, 2048 / shrink}};
+  for (int i = 0; i < 30; ++i) out.push_back({1, (1024 + 128 * i) / shrink});
+  return out;
+}
+
 std::vector<RequestShape> decode_requests(int num_requests, int context_len) {
   return std::vector<RequestShape>(num_requests, RequestShape{1, context_len});
 }

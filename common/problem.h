@@ -98,6 +98,10 @@ Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>
 // The chapter's milestone batch: a mid-prefill chunk (16 queries at positions
 // 24..39), a full 16-token prompt, a 21-token prompt, decodes at 70 and 130.
 std::vector<RequestShape> milestone_requests();
+// The main job's and the benchmark's mixed batch: two prefill chunks (512
+// queries at the end of 4096 and of 2048 positions) and 30 decodes at 1024 ..
+// 4736 tokens; every length divided by `shrink` for CPU-sized runs.
+std::vector<RequestShape> mixed_chunks_and_decodes(int shrink = 1);
 // R decodes at the same context length.
 std::vector<RequestShape> decode_requests(int num_requests, int context_len);
 // A reproducible mix of prefill chunks, full prompts and decodes.

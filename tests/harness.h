@@ -96,6 +96,17 @@ void expect_error(F&& fn, const std::string& needle) {
   ADD_FAILURE() << "expected a pa::Error mentioning \"" << needle << "\", but nothing was thrown";
 }
 
+// Stages 01-05 implement no sliding window (stage 06 does): given the case's
+// batch on the device with params.window set, `forward` must refuse before any
+// launch with a message that says so.
+inline void expect_rejects_window(const Case& c, const std::function<void(const Problem&, const AttentionParams&)>& forward) {
+  const Problem p = make_problem(c.cfg, c.requests, c.opt);
+  DeviceBatch db(p);
+  AttentionParams params = db.params();
+  params.window = 8;
+  expect_error([&] { forward(p, params); }, "no sliding window");
+}
+
 // The cases every attention stage faces (issue: milestone batch for groups 4,
 // 3 and 1, head_dim 64/128, block sizes 1/16/64, partly filled last block, NaN
 // in unused blocks (always: the builder fills them), padding rows, empty requests).

@@ -19,13 +19,12 @@ TEST(Stage01Reruns, BitIdentical) {
   expect_bit_identical_reruns({"Milestone", config(8, 2, 128, 16), milestone_requests()}, run_stage01);
 }
 
-TEST(Stage01Errors, RejectsWhatItDoesNotImplement) {
-  Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
-  DeviceBatch db(p);
-  AttentionParams params = db.params();
-  params.window = 8;
-  stage01::Workspace ws;
-  expect_error([&] { stage01::forward(params, p.meta, ws); }, "no sliding window");
+TEST(Stage01Errors, RejectsSlidingWindow) {
+  expect_rejects_window({"Milestone", config(8, 2, 64, 16), milestone_requests()},
+                        [](const Problem& p, const AttentionParams& params) {
+                          stage01::Workspace ws;
+                          stage01::forward(params, p.meta, ws);
+                        });
 }
 
 }  // namespace

@@ -25,12 +25,9 @@ TEST(Stage02Reruns, BitIdentical) {
   expect_bit_identical_reruns({"Milestone", config(8, 2, 128, 16), milestone_requests()}, run_stage02);
 }
 
-TEST(Stage02Errors, RejectsWhatItDoesNotImplement) {
-  Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
-  DeviceBatch db(p);
-  AttentionParams params = db.params();
-  params.window = 8;
-  expect_error([&] { stage02::forward(params); }, "no sliding window");
+TEST(Stage02Errors, RejectsSlidingWindow) {
+  expect_rejects_window({"Milestone", config(8, 2, 64, 16), milestone_requests()},
+                        [](const Problem&, const AttentionParams& params) { stage02::forward(params); });
 }
 
 }  // namespace

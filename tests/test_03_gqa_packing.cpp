@@ -72,11 +72,8 @@ TEST(Stage03Reruns, BitIdenticalDecodeTile) {
 }
 
 TEST(Stage03Errors, RejectsSlidingWindow) {
-  Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
-  DeviceBatch db(p);
-  AttentionParams params = db.params();
-  params.window = 8;
-  expect_error([&] { stage03::forward(params); }, "no sliding window");
+  expect_rejects_window({"Milestone", config(8, 2, 64, 16), milestone_requests()},
+                        [](const Problem&, const AttentionParams& params) { stage03::forward(params); });
 }
 
 TEST(Stage03Errors, RejectsEightBitCache) {

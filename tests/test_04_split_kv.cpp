@@ -145,11 +145,8 @@ TEST(Stage04Errors, RejectsEightBitCache) {
 }
 
 TEST(Stage04Errors, RejectsSlidingWindow) {
-  Problem p = make_problem(config(8, 2, 64, 16), ragged_decodes());
-  DeviceBatch db(p);
-  AttentionParams params = db.params();
-  params.window = 8;
-  expect_error([&] { stage04::forward(params); }, "no sliding window");
+  expect_rejects_window({"RaggedDecodes", config(8, 2, 64, 16), ragged_decodes()},
+                        [](const Problem&, const AttentionParams& params) { stage04::forward(params); });
 }
 
 // The dispatch rule, on an H200's 132 SMs, where 4 decode tiles share an SM

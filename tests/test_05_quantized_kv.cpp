@@ -281,11 +281,8 @@ TEST(Stage05WritePath, ZeroRowsAndOutlierChannel) {
 // ---- contracts -----------------------------------------------------------------
 // (Stages 03 and 04 rejecting 8-bit caches: tests/test_03_gqa_packing.cpp, test_04_split_kv.cpp.)
 TEST(Stage05Errors, RejectsSlidingWindow) {
-  const Problem p = make_problem(qconfig(KvFormat::fp8_e4m3, 8, 2, 64, 16), ragged_decodes());
-  DeviceBatch db(p);
-  AttentionParams params = db.params();
-  params.window = 8;
-  expect_error([&] { stage05::forward(params); }, "no sliding window");
+  expect_rejects_window({"RaggedDecodesFp8", qconfig(KvFormat::fp8_e4m3, 8, 2, 64, 16), ragged_decodes()},
+                        [](const Problem&, const AttentionParams& params) { stage05::forward(params); });
 }
 
 TEST(Stage05Errors, ForcedSplitsNeedADecodeBatch) {
