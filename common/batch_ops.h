@@ -17,6 +17,10 @@ void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int
 // stores codes into kv.k_codes / kv.v_codes and scales into kv.k_scale /
 // kv.v_scale at the token's slot. kv.format must be int8 or fp8_e4m3.
 // k_new, v_new: [num_tokens, num_kv_heads, head_dim] bf16; slot_mapping as write_kv.
+// This is the harness's copy, used to build every 8-bit test and benchmark
+// input; stage05::write_kv is the learner's version of the same kernel (its
+// TODOs), checked bit for bit against the host quantizer, so the 8-bit tests of
+// stages 05 and 06 do not depend on an unfinished skeleton.
 void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
                         int num_tokens, cudaStream_t stream = nullptr);
 

@@ -22,22 +22,11 @@ void forward(const AttentionParams& p, cudaStream_t stream) {
   PA_REQUIRE(p.kv.format == KvFormat::bf16,
              std::string("stage 03 reads bf16 caches; this one is ") + name(p.kv.format) +
                  ": run 8-bit caches through stage 05 (05_quantized_kv)");
-  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
-             "stage 03: num_q_heads (" + std::to_string(p.num_q_heads) + ") must be a multiple of num_kv_heads (" +
-                 std::to_string(p.kv.num_kv_heads) + ")");
-  const int group = p.num_q_heads / p.kv.num_kv_heads;
-  PA_REQUIRE(group >= 1 && group <= MAX_GROUP,
-             "stage 03 packs GQA groups of 1.." + std::to_string(MAX_GROUP) + " query heads per KV head; got group " +
-                 std::to_string(group) + " (num_q_heads " + std::to_string(p.num_q_heads) + ", num_kv_heads " +
-                 std::to_string(p.kv.num_kv_heads) + ")");
-  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
-             "stage 03: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  const Packing pk = make_packing(p, group);
+  const Packing pk = checked_packing(p, "03");
   switch (p.kv.head_dim) {
     case 64: dispatch_whole_context<64>(p, pk, stream); break;
     case 128: dispatch_whole_context<128>(p, pk, stream); break;
-    case 256: dispatch_whole_context<256>(p, pk, stream); break;
-    default: throw Error("stage 03: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
+    default: dispatch_whole_context<256>(p, pk, stream); break;
   }
   clear_padding_rows(p, stream);
   //@+ PA_CHECK_TODOS("03_gqa_packing");

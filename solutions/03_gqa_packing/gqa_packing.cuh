@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "common/attention_params.h"
@@ -33,6 +34,7 @@
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
 #include "common/check.h"
+#include "common/quant.cuh"
 #include "common/todo.cuh"
 
 namespace pa::stage03 {
@@ -95,7 +97,7 @@ using DecodeTilingFor = std::conditional_t<(F == KvFormat::bf16 || HEAD_DIM > 12
 template <int HEAD_DIM>
 using PrefillTiling = Tiling<HEAD_DIM, 8, (HEAD_DIM <= 128 ? 64 : 32), 3>;
 
-// Kernel arguments derived on the host once per launch (make_packing()).
+// Kernel arguments derived on the host once per launch (checked_packing()).
 struct Packing {
   int group;        // query heads per KV head, 1..8
   int group_shift;  // log2(GROUP_PAD): row m holds token m >> group_shift, head m & (GROUP_PAD - 1)
@@ -110,8 +112,25 @@ inline int log2_ceil(int x) {
   return s;
 }
 
-// For a validated p: group 1..8, power-of-two block_size.
-inline Packing make_packing(const AttentionParams& p, int group) {
+// What every launcher of this tile (stages 03-06) requires of the batch's
+// shape, checked on the host before any launch; returns the kernel's Packing.
+// Each stage adds its own feature checks (format, window, sinks) on top.
+inline Packing checked_packing(const AttentionParams& p, const char* stage) {
+  const std::string who = std::string("stage ") + stage;
+  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
+             who + ": num_q_heads (" + std::to_string(p.num_q_heads) + ") must be a multiple of num_kv_heads (" +
+                 std::to_string(p.kv.num_kv_heads) + ")");
+  const int group = p.num_q_heads / p.kv.num_kv_heads;
+  PA_REQUIRE(group >= 1 && group <= MAX_GROUP,
+             who + " packs GQA groups of 1.." + std::to_string(MAX_GROUP) + " query heads per KV head; got group " +
+                 std::to_string(group) + " (num_q_heads " + std::to_string(p.num_q_heads) + ", num_kv_heads " +
+                 std::to_string(p.kv.num_kv_heads) + ")");
+  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
+             who + ": block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
+  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
+             who + ": head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
+  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
+             who + ": a " + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
   return Packing{group, log2_ceil(group), log2_ceil(p.kv.block_size), p.softmax_scale * LOG2E};
 }
 

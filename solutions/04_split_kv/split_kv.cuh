@@ -299,5 +299,25 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
   }
 }
 
+// Stages 05 and 06 serve any batch: decode-only batches that the split plan
+// splits (or any forced split count) take the splits above, everything else
+// stage 03's whole-context tiles, with the stage's Kv and Mask policies.
+template <class Kv, class Mask>
+void forward_splits_or_tiles(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
+                             int num_splits, const char* stage) {
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  PA_REQUIRE(num_splits == 0 || decode_only, std::string("stage ") + stage +
+                                                 ": a forced split count needs a decode-only batch (every q_len <= 1)");
+  if (decode_only && (num_splits > 0 || plan_rule(p, sm_count()).num_splits > 1)) {
+    forward_splits<Kv, Mask>(p, pk, stream, num_splits);
+    return;
+  }
+  switch (p.kv.head_dim) {
+    case 64: stage03::dispatch_whole_context<64, Kv, Mask>(p, pk, stream); break;
+    case 128: stage03::dispatch_whole_context<128, Kv, Mask>(p, pk, stream); break;
+    default: stage03::dispatch_whole_context<256, Kv, Mask>(p, pk, stream); break;
+  }
+}
+
 }  // namespace
 }  // namespace pa::stage04

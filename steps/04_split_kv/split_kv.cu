@@ -26,18 +26,9 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   PA_REQUIRE(p.kv.format == KvFormat::bf16,
              std::string("stage 04 reads bf16 caches; this one is ") + name(p.kv.format) +
                  ": run 8-bit caches through stage 05 (05_quantized_kv)");
-  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
-             "stage 04: num_q_heads must be a multiple of num_kv_heads");
-  const int group = p.num_q_heads / p.kv.num_kv_heads;
-  PA_REQUIRE(group >= 1 && group <= stage03::MAX_GROUP, "stage 04: group " + std::to_string(group) +
-                                                            " is not supported (1.." +
-                                                            std::to_string(stage03::MAX_GROUP) + ")");
-  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
-             "stage 04: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
-             "stage 04: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
+  const stage03::Packing pk = stage03::checked_packing(p, "04");
   require_decode_batch(p);
-  forward_splits<stage03::Bf16Kv, stage03::CausalMask>(p, stage03::make_packing(p, group), stream, num_splits);
+  forward_splits<stage03::Bf16Kv, stage03::CausalMask>(p, pk, stream, num_splits);
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("04_split_kv");
 }

@@ -75,41 +75,11 @@ __global__ void __launch_bounds__(32 * WRITE_WARPS)
   }
 }
 
-// The stage 03 / stage 04 rules this stage inherits (group, block size, head_dim).
+// Stage 03's shape rules, plus this stage's: causal only.
 stage03::Packing validate(const AttentionParams& p) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 05 implements causal attention over 8-bit caches: no sliding window (stage 06), no sinks");
-  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
-             std::string("stage 05: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
-  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
-             "stage 05: num_q_heads must be a multiple of num_kv_heads");
-  const int group = p.num_q_heads / p.kv.num_kv_heads;
-  PA_REQUIRE(group >= 1 && group <= stage03::MAX_GROUP,
-             "stage 05: group " + std::to_string(group) + " is not supported (1.." +
-                 std::to_string(stage03::MAX_GROUP) + ")");
-  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
-             "stage 05: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
-             "stage 05: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
-  return stage03::make_packing(p, group);
-}
-
-// Decode-only batches that the split plan splits (or any forced split count)
-// take stage 04's splits; everything else stage 03's whole-context tiles.
-template <class Kv>
-void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits) {
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  PA_REQUIRE(num_splits == 0 || decode_only,
-             "stage 05: a forced split count needs a decode-only batch (every q_len <= 1)");
-  if (decode_only && (num_splits > 0 || stage04::plan_rule(p, stage04::sm_count()).num_splits > 1)) {
-    stage04::forward_splits<Kv, stage03::CausalMask>(p, pk, stream, num_splits);
-    return;
-  }
-  switch (p.kv.head_dim) {
-    case 64: stage03::dispatch_whole_context<64, Kv>(p, pk, stream); break;
-    case 128: stage03::dispatch_whole_context<128, Kv>(p, pk, stream); break;
-    default: stage03::dispatch_whole_context<256, Kv>(p, pk, stream); break;
-  }
+  return stage03::checked_packing(p, "05");
 }
 
 }  // namespace
@@ -136,10 +106,17 @@ void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream,
 
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   const stage03::Packing pk = validate(p);
+  using stage04::forward_splits_or_tiles;
   switch (p.kv.format) {
-    case KvFormat::int8: run<QuantizedKv<KvFormat::int8>>(p, pk, stream, num_splits); break;
-    case KvFormat::fp8_e4m3: run<QuantizedKv<KvFormat::fp8_e4m3>>(p, pk, stream, num_splits); break;
-    case KvFormat::bf16: run<stage03::Bf16Kv>(p, pk, stream, num_splits); break;  // the baseline, same dispatch
+    case KvFormat::int8:
+      forward_splits_or_tiles<QuantizedKv<KvFormat::int8>, stage03::CausalMask>(p, pk, stream, num_splits, "05");
+      break;
+    case KvFormat::fp8_e4m3:
+      forward_splits_or_tiles<QuantizedKv<KvFormat::fp8_e4m3>, stage03::CausalMask>(p, pk, stream, num_splits, "05");
+      break;
+    case KvFormat::bf16:  // the baseline, same dispatch
+      forward_splits_or_tiles<stage03::Bf16Kv, stage03::CausalMask>(p, pk, stream, num_splits, "05");
+      break;
   }
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("05_quantized_kv");

@@ -52,40 +52,11 @@ struct SlidingWindow {
   }
 };
 
+// Stage 03's shape rules, plus this stage's: a window >= 0, no sinks.
 stage03::Packing validate(const AttentionParams& p) {
   PA_REQUIRE(p.window >= 0, "stage 06: window " + std::to_string(p.window) + " is negative (0 = no window)");
   PA_REQUIRE(p.sinks == nullptr, "stage 06 implements causal sliding-window attention: no sinks (stage 08)");
-  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
-             std::string("stage 06: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
-  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
-             "stage 06: num_q_heads must be a multiple of num_kv_heads");
-  const int group = p.num_q_heads / p.kv.num_kv_heads;
-  PA_REQUIRE(group >= 1 && group <= stage03::MAX_GROUP,
-             "stage 06: group " + std::to_string(group) + " is not supported (1.." +
-                 std::to_string(stage03::MAX_GROUP) + ")");
-  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
-             "stage 06: block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
-             "stage 06: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
-  return stage03::make_packing(p, group);
-}
-
-// As stage 05: decode-only batches that the (window-sized) split plan splits
-// take stage 04's splits, everything else stage 03's tiles.
-template <class Kv>
-void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits) {
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  PA_REQUIRE(num_splits == 0 || decode_only,
-             "stage 06: a forced split count needs a decode-only batch (every q_len <= 1)");
-  if (decode_only && (num_splits > 0 || stage04::plan_rule(p, stage04::sm_count()).num_splits > 1)) {
-    stage04::forward_splits<Kv, SlidingWindow>(p, pk, stream, num_splits);
-    return;
-  }
-  switch (p.kv.head_dim) {
-    case 64: stage03::dispatch_whole_context<64, Kv, SlidingWindow>(p, pk, stream); break;
-    case 128: stage03::dispatch_whole_context<128, Kv, SlidingWindow>(p, pk, stream); break;
-    default: stage03::dispatch_whole_context<256, Kv, SlidingWindow>(p, pk, stream); break;
-  }
+  return stage03::checked_packing(p, "06");
 }
 
 }  // namespace
@@ -99,10 +70,17 @@ void forward(const AttentionParams& p_in, cudaStream_t stream, int num_splits) {
   // No window (0) is a window no context outgrows: q_pos - k_pos <= max_seq_len - 1.
   AttentionParams p = p_in;
   if (p.window == 0) p.window = p.batch.max_seq_len + 1;
+  using stage04::forward_splits_or_tiles;
   switch (p.kv.format) {
-    case KvFormat::bf16: run<stage03::Bf16Kv>(p, pk, stream, num_splits); break;
-    case KvFormat::int8: run<stage05::QuantizedKv<KvFormat::int8>>(p, pk, stream, num_splits); break;
-    case KvFormat::fp8_e4m3: run<stage05::QuantizedKv<KvFormat::fp8_e4m3>>(p, pk, stream, num_splits); break;
+    case KvFormat::bf16:
+      forward_splits_or_tiles<stage03::Bf16Kv, SlidingWindow>(p, pk, stream, num_splits, "06");
+      break;
+    case KvFormat::int8:
+      forward_splits_or_tiles<stage05::QuantizedKv<KvFormat::int8>, SlidingWindow>(p, pk, stream, num_splits, "06");
+      break;
+    case KvFormat::fp8_e4m3:
+      forward_splits_or_tiles<stage05::QuantizedKv<KvFormat::fp8_e4m3>, SlidingWindow>(p, pk, stream, num_splits, "06");
+      break;
   }
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("06_sliding_window");
