@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "common/quant.cuh"
-#include "tests/harness.h"
+#include "tests/quant_checks.h"
 
 namespace pa::test {
 namespace {
@@ -187,11 +187,6 @@ TEST(Stage05FullPrecisionError, LongDecode4x2048ThroughSplits) {
 }
 
 // ---- the write path ----------------------------------------------------------
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // stage05::write_kv on the cache as it was before this step: every new token's
 // codes and scale at its slot equal the host quantizer's (common/quant.cuh) bit
@@ -205,32 +200,7 @@ void expect_write_matches_host(const AttentionConfig& cfg, const std::vector<Req
   db.k_scale.upload(p.k_scale);
   db.v_scale.upload(p.v_scale);
   stage05::write_kv(db.params().kv, db.k_new.data(), db.v_new.data(), db.slot_mapping.data(), p.meta.num_tokens);
-  const std::vector<uint8_t> k_codes = db.k_codes.download(), v_codes = db.v_codes.download();
-  const std::vector<float> k_scale = db.k_scale.download(), v_scale = db.v_scale.download();
-  const int D = cfg.head_dim, Hkv = cfg.num_kv_heads;
-  std::vector<bool> written(k_scale.size(), false);
-  std::vector<uint8_t> want(D);
-  for (int t = 0; t < p.meta.num_tokens; ++t) {
-    const int slot = p.meta.slot_mapping[t];
-    if (slot < 0) continue;
-    for (int h = 0; h < Hkv; ++h) {
-      const size_t row = static_cast<size_t>(slot) * Hkv + h, src = (static_cast<size_t>(t) * Hkv + h) * D;
-      written[row] = true;
-      for (bool is_v : {false, true}) {
-        const float s = quantize_row(cfg.kv_format, &(is_v ? p.v_new : p.k_new)[src], D, want.data());
-        const char* which = is_v ? "V" : "K";
-        ASSERT_EQ(bits(s), bits((is_v ? v_scale : k_scale)[row]))
-            << which << " scale, token " << t << " head " << h << " (TODO 1)";
-        ASSERT_EQ(0, std::memcmp(want.data(), &(is_v ? v_codes : k_codes)[row * D], D))
-            << which << " codes, token " << t << " head " << h << " (TODO 2)";
-      }
-    }
-  }
-  for (size_t row = 0; row < written.size(); ++row) {
-    if (written[row]) continue;
-    ASSERT_EQ(bits(k_scale[row]), bits(p.k_scale[row])) << "row " << row << " was not this step's to write";
-    ASSERT_EQ(0, std::memcmp(&v_codes[row * D], &p.v_codes[row * D], D)) << "row " << row;
-  }
+  expect_codes_match_host(p, db, " (TODO 1)", " (TODO 2)");
 }
 
 TEST(Stage05WritePath, Int8MatchesHostBitForBit) {

@@ -10,7 +10,7 @@
 
 #include "common/batch_ops.h"
 #include "common/quant.cuh"
-#include "tests/harness.h"
+#include "tests/quant_checks.h"
 
 namespace pa::test {
 namespace {
@@ -31,11 +31,6 @@ float amax_of(const std::vector<bf16>& x) {
   return m;
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // --- the quantizer on the host -------------------------------------------------
 
@@ -270,32 +265,8 @@ void expect_write_path_matches_host(const AttentionConfig& cfg, const std::vecto
                                     const BuildOptions& opt) {
   const Problem p = make_problem(cfg, requests, opt);
   DeviceBatch db(p);
-  const std::vector<uint8_t> k_codes = db.k_codes.download(), v_codes = db.v_codes.download();
-  const std::vector<float> k_scale = db.k_scale.download(), v_scale = db.v_scale.download();
   EXPECT_EQ(db.params().kv.k_cache, nullptr) << "an 8-bit cache has no bf16 copy on the device";
-  const int D = cfg.head_dim, Hkv = cfg.num_kv_heads;
-  std::vector<bool> written(k_scale.size(), false);
-  std::vector<uint8_t> want(D);
-  for (int t = 0; t < p.meta.num_tokens; ++t) {
-    const int slot = p.meta.slot_mapping[t];
-    if (slot < 0) continue;
-    for (int h = 0; h < Hkv; ++h) {
-      const size_t row = static_cast<size_t>(slot) * Hkv + h, src = (static_cast<size_t>(t) * Hkv + h) * D;
-      written[row] = true;
-      for (bool is_v : {false, true}) {
-        const float s = quantize_row(cfg.kv_format, &(is_v ? p.v_new : p.k_new)[src], D, want.data());
-        const char* which = is_v ? "V" : "K";
-        ASSERT_EQ(bits(s), bits((is_v ? v_scale : k_scale)[row])) << which << " scale, token " << t << " head " << h;
-        ASSERT_EQ(0, std::memcmp(want.data(), &(is_v ? v_codes : k_codes)[row * D], D))
-            << which << " codes, token " << t << " head " << h;
-      }
-    }
-  }
-  for (size_t row = 0; row < written.size(); ++row) {
-    if (written[row]) continue;
-    ASSERT_EQ(bits(k_scale[row]), bits(p.k_scale[row])) << "row " << row << " was not this step's to write";
-    ASSERT_EQ(0, std::memcmp(&k_codes[row * D], &p.k_codes[row * D], D)) << "row " << row;
-  }
+  expect_codes_match_host(p, db);
 }
 
 TEST(QuantWritePath, Int8MatchesHostBitForBit) {
