@@ -104,14 +104,19 @@ __global__ void fill_random_kernel(bf16* __restrict__ data, size_t n, uint64_t s
 // One thread per 4 codes (one 32-bit word).
 template <KvFormat F>
 __global__ void decode_codes_kernel(const uint32_t* __restrict__ words, int num_words, uint32_t* __restrict__ bf16_pairs,
-                                    uint32_t* __restrict__ half_pairs) {
+                                    uint16_t* __restrict__ halves) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= num_words) return;
   uint32_t pair[2];
   decode4_bf16x2<F>(words[i], pair);
   bf16_pairs[2 * i] = pair[0], bf16_pairs[2 * i + 1] = pair[1];
-  decode4_half2<F>(words[i], pair);
-  half_pairs[2 * i] = pair[0], half_pairs[2 * i + 1] = pair[1];
+  // fp16: word i paired with a neighbour, once as the low and once as the high half.
+  const uint32_t other = words[i ^ 1];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    halves[4 * i + b] = static_cast<uint16_t>(decode_pair_half<F>(words[i], other, b));
+    halves[4 * num_words + 4 * i + b] = static_cast<uint16_t>(decode_pair_half<F>(other, words[i], b) >> 16);
+  }
 }
 
 }  // namespace
@@ -152,18 +157,17 @@ void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new,
 void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* bf16_bits, uint16_t* half_bits,
                   cudaStream_t stream) {
   PA_REQUIRE(is_quantized(f), "decode_codes: the cache format is bf16, which has no codes");
-  PA_REQUIRE(n >= 0 && n % 4 == 0, "decode_codes: n must be a multiple of 4");
+  PA_REQUIRE(n >= 0 && n % 8 == 0, "decode_codes: n must be a multiple of 8 (words are paired)");
   if (n == 0) return;
   const int words = n / 4;
   const dim3 grid((words + 127) / 128), block(128);
   // Little-endian: 4 consecutive codes are one word (code 0 low), 2 consecutive 16-bit values one pair.
   const auto* w = reinterpret_cast<const uint32_t*>(codes);
   auto* b = reinterpret_cast<uint32_t*>(bf16_bits);
-  auto* h = reinterpret_cast<uint32_t*>(half_bits);
   if (f == KvFormat::int8) {
-    launch(decode_codes_kernel<KvFormat::int8>, grid, block, 0, stream, w, words, b, h);
+    launch(decode_codes_kernel<KvFormat::int8>, grid, block, 0, stream, w, words, b, half_bits);
   } else {
-    launch(decode_codes_kernel<KvFormat::fp8_e4m3>, grid, block, 0, stream, w, words, b, h);
+    launch(decode_codes_kernel<KvFormat::fp8_e4m3>, grid, block, 0, stream, w, words, b, half_bits);
   }
 }
 

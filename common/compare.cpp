@@ -11,10 +11,10 @@ namespace pa {
 Tolerance tolerance(Precision p) {
   switch (p) {
     case Precision::fp32: return {1e-4, 1e-5};
-    case Precision::bf16: return {0x1p-8, 0x1p-8};
+    case Precision::bf16: return {0x1p-8, 0x1p-7};
     case Precision::fp16: return {0x1p-10, 0x1p-10};
-    case Precision::fp8_e4m3: return {0x1p-8, 0x1p-8};
-    case Precision::int8: return {0x1p-8, 0x1p-8};
+    case Precision::fp8_e4m3: return {0x1p-8, 0x1p-7};
+    case Precision::int8: return {0x1p-8, 0x1p-7};
   }
   return {0, 0};
 }

@@ -86,17 +86,17 @@ struct KvCodec<KvFormat::fp8_e4m3> {
 
 // ---- Codes -> 16-bit MMA operands (the attention kernels' inner loop).
 //
-// Four codes (one 32-bit word, code 0 in the low byte) -> their four values,
-// exactly, as two packed pairs: out[0] = values 0, 1 and out[1] = values 2, 3,
-// the lower index in the low half. K tiles take bf16 (the MMA against bf16 Q),
-// V tiles fp16. No scale: the kernels apply it in fp32. Every int8 code and
+// K: four codes (one 32-bit word, code 0 in the low byte) -> their four
+// values, exactly, as two packed pairs: out[0] = values 0, 1 and out[1] =
+// values 2, 3, the lower index in the low half, in bf16 (the MMA against bf16
+// Q). V: decode_pair_half below, in fp16. No scale: the kernels apply it in fp32. Every int8 code and
 // every e4m3 value is exact in both formats (|int8| <= 128; e4m3 has 4
 // significant bits and exponents -9..8), so any exact method gives the same bits.
 //
-// Why bit tricks: a decode program converts 8192 codes per 32-key tile, and on
-// the GPU the general conversion instructions (int -> float, float -> bf16/fp16
-// pack) issue at a quarter of the ALU rate or less; they, not memory, bounded
-// the kernel. The device paths below use byte permutes, logic ops and one
+// Why bit tricks: every code of every tile a decode step reads becomes an MMA
+// operand, and on the GPU the general conversion instructions (int -> float,
+// float -> bf16/fp16 pack) issue at a quarter of the ALU rate or less, enough
+// to make them, not memory, bound the kernel. The device paths below use byte permutes, logic ops and one
 // 16-bit subtract per pair (or the hardware's paired e4m3 conversion); the host
 // path is the plain per-element rule. tests/test_quant.cpp checks both against
 // KvCodec::decode for all 256 codes.
@@ -140,33 +140,36 @@ __host__ __device__ __forceinline__ void decode4_bf16x2(uint32_t w, uint32_t (&o
 #endif
 }
 
+// Byte `byte` (0..3) of two words of codes -> their two values, exactly, as
+// one fp16 pair: a's code in the low half, b's in the high half. This is how V
+// operands are built: a and b hold 4 consecutive dims of two keys, and the MMA
+// wants the keys of one dim paired in a register (P V sums over keys). With the
+// byte index a compile-time constant (unrolled loops) each pair costs a byte
+// permute and two or one more instructions.
 template <KvFormat F>
-__host__ __device__ __forceinline__ void decode4_half2(uint32_t w, uint32_t (&out)[2]) {
+__host__ __device__ __forceinline__ uint32_t decode_pair_half(uint32_t a, uint32_t b, int byte) {
 #if defined(__CUDA_ARCH__)
   if constexpr (F == KvFormat::int8) {
-    // Bias the codes to u = code + 128 in 0..255 (flip each byte's sign bit);
-    // fp16 0x64uu is 1024 + u (exponent 2^10, the mantissa counts ones), so
-    // subtracting 1152 = 0x6480 leaves the code, exactly (integers < 2048).
-    const uint32_t u = w ^ 0x80808080u;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t x = __byte_perm(u, 0x64u, h == 0 ? 0x4140 : 0x4342);  // 0x64, u[2h+1], 0x64, u[2h]
-      asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out[h]) : "r"(x), "r"(0x64806480u));
-    }
+    // t = a.byte in byte 0, b.byte in byte 2. Flip each code's sign bit to get
+    // u = code + 128 in 0..255, under a high byte 0x64: fp16 0x64uu is 1024 + u
+    // (exponent 2^10, the mantissa counts ones), so subtracting 1152 = 0x6480
+    // leaves the code, exactly (integers below 2048). The mask and the flip are
+    // one logic instruction.
+    const uint32_t t = __byte_perm(a, b, byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12));
+    const uint32_t x = (t & 0x00FF00FFu) ^ 0x64806480u;
+    uint32_t out;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(x), "r"(0x64806480u));
+    return out;
   } else {
-    // One hardware conversion per pair, straight into the fp16 operand.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2_raw v = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), __NV_E4M3);
-      out[h] = static_cast<uint32_t>(v.x) | (static_cast<uint32_t>(v.y) << 16);
-    }
+    // The two codes side by side, then one hardware conversion of the pair.
+    const uint32_t t = __byte_perm(a, b, byte | ((4 + byte) << 4));
+    const __half2_raw v = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(t & 0xFFFFu), __NV_E4M3);
+    return static_cast<uint32_t>(v.x) | (static_cast<uint32_t>(v.y) << 16);
   }
 #else
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))));
-    const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))));
-    out[h] = lo | (hi << 16);
-  }
+  const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(a >> (8 * byte))));
+  const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(b >> (8 * byte))));
+  return lo | (hi << 16);
 #endif
 }
 

@@ -105,10 +105,11 @@ TEST(QuantFp8, SaturatesAndKeepsNaN) {
 }
 
 // The attention kernels turn codes into MMA operands with bit tricks
-// (decode4_bf16x2 for K, decode4_half2 for V): all 256 codes of each format, in
-// an order that puts every code at every position of a 32-bit word, must give
-// the bits of the code's exact value in bf16 and fp16 (any NaN for e4m3's two
-// NaN codes). On a GPU build this runs the device path the kernels use.
+// (decode4_bf16x2 for K, decode_pair_half for V): all 256 codes of each format,
+// in an order that puts every code at every position of a 32-bit word, must give
+// the bits of the code's exact value in bf16 and in fp16, from either half of a
+// V pair (any NaN for e4m3's two NaN codes). On a GPU build this runs the device
+// path the kernels use.
 TEST(QuantDecode, AllCodesExactInBf16AndFp16) {
   for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
     std::vector<uint8_t> codes(4 * 256);
@@ -116,7 +117,7 @@ TEST(QuantDecode, AllCodesExactInBf16AndFp16) {
       for (int pos = 0; pos < 4; ++pos) codes[4 * k + pos] = static_cast<uint8_t>(k + 64 * pos);  // mod 256
     }
     DeviceBuffer<uint8_t> d_codes(codes);
-    DeviceBuffer<uint16_t> d_bf16(codes.size()), d_half(codes.size());
+    DeviceBuffer<uint16_t> d_bf16(codes.size()), d_half(2 * codes.size());
     decode_codes(f, d_codes.data(), static_cast<int>(codes.size()), d_bf16.data(), d_half.data());
     PA_CHECK(cudaDeviceSynchronize());
     const std::vector<uint16_t> got_bf16 = d_bf16.download(), got_half = d_half.download();
@@ -126,15 +127,21 @@ TEST(QuantDecode, AllCodesExactInBf16AndFp16) {
       seen[c * 4 + i % 4] = true;
       const float v = dequantize(f, c, 1.0f);
       const bf16 b = __ushort_as_bfloat16(got_bf16[i]);
-      const __half h = __ushort_as_half(got_half[i]);
+      for (int half_of_pair = 0; half_of_pair < 2; ++half_of_pair) {
+        const uint16_t h = got_half[half_of_pair * codes.size() + i];
+        const char* where = half_of_pair == 0 ? " as fp16 (low half)" : " as fp16 (high half)";
+        if (std::isnan(v)) {
+          EXPECT_TRUE(std::isnan(__half2float(__ushort_as_half(h)))) << name(f) << " code " << int(c) << where;
+        } else {
+          ASSERT_EQ(h, half_bits(v)) << name(f) << " code " << int(c) << " (" << v << ")" << where;
+        }
+      }
       if (std::isnan(v)) {
         ASSERT_TRUE(f == KvFormat::fp8_e4m3 && (c & 0x7f) == 0x7f);
         EXPECT_TRUE(std::isnan(__bfloat162float(b))) << name(f) << " code " << int(c);
-        EXPECT_TRUE(std::isnan(__half2float(h))) << name(f) << " code " << int(c);
         continue;
       }
       ASSERT_EQ(got_bf16[i], bf16_bits(v)) << name(f) << " code " << int(c) << " (" << v << ") as bf16";
-      ASSERT_EQ(got_half[i], half_bits(v)) << name(f) << " code " << int(c) << " (" << v << ") as fp16";
     }
     for (int k = 0; k < 256 * 4; ++k) ASSERT_TRUE(seen[k]) << "code " << k / 4 << " at byte " << k % 4 << " untested";
   }

@@ -46,30 +46,44 @@ constexpr int MAX_GROUP = 8;
 constexpr float LOG2E = 1.4426950408889634f;
 [[maybe_unused]] constexpr float LN2 = 0.6931471805599453f;  // unused by the skeleton's placeholders
 
-// The shape of one program. Two are instantiated per head_dim (DecodeTiling,
-// PrefillTiling below; 8-bit caches add a two-warp decode tile, DecodeTilingFor).
-template <int HEAD_DIM_, int NUM_WARPS_, int TILE_K_, int STAGES_>
+// The shape of one program: ROW_WARPS x KV_WARPS warps. Each row warp owns 16
+// tile rows; the KV_WARPS warps of a row warp share those rows and split every
+// K/V tile's keys between them (WARP_K each), and their partial softmax states
+// are merged through shared memory at the end. Three shapes are instantiated per
+// head_dim: DecodeTiling, DecodeTilingFor (8-bit caches) and PrefillTiling below.
+template <int HEAD_DIM_, int ROW_WARPS_, int KV_WARPS_, int TILE_K_, int STAGES_>
 struct Tiling {
   static constexpr int HEAD_DIM = HEAD_DIM_;
-  static constexpr int NUM_WARPS = NUM_WARPS_;
+  static constexpr int ROW_WARPS = ROW_WARPS_;
+  static constexpr int KV_WARPS = KV_WARPS_;
+  static constexpr int NUM_WARPS = ROW_WARPS * KV_WARPS;
   static constexpr int NUM_THREADS = NUM_WARPS * 32;
-  static constexpr int ROWS = NUM_WARPS * 16;  // tile rows: 16 per warp, the MMA's M
-  static constexpr int TILE_K = TILE_K_;       // keys per K/V tile
-  static constexpr int STAGES = STAGES_;       // K/V tiles in the shared-memory ring
-  static constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per K, V or Q row
+  static constexpr int ROWS = ROW_WARPS * 16;    // tile rows: 16 per row warp, the MMA's M
+  static constexpr int TILE_K = TILE_K_;         // keys per K/V tile
+  static constexpr int WARP_K = TILE_K / KV_WARPS;  // keys of a tile one warp computes
+  static constexpr int STAGES = STAGES_;         // K/V tiles in the shared-memory ring
+  static constexpr int CHUNKS = HEAD_DIM / 8;    // 16-byte chunks per K, V or Q row
+  static constexpr int CODE_CHUNKS = HEAD_DIM / 16;  // 16-byte chunks per K or V row of 8-bit codes
   static constexpr int Q_ELEMS = ROWS * HEAD_DIM;
   static constexpr int KV_ELEMS = TILE_K * HEAD_DIM;  // one K (or V) tile
-  static constexpr size_t SMEM_BYTES = sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS);  // bf16 caches
-  static constexpr int CODE_CHUNKS = HEAD_DIM / 16;  // 16-byte chunks per K or V row of 8-bit codes
-  // 8-bit caches (stage 05): Q, one dequantized bf16 K and V tile, and the ring
-  // of code tiles with their per-key scales.
+  // The merge of the KV warps' states (and, for 8-bit caches, the output's dims
+  // put back in order) reuses the shared memory once the key loop is done:
+  // fp32 o of every warp's 16 rows, rows padded by 8 floats against bank
+  // conflicts, then m and l.
+  static constexpr int O_STRIDE = HEAD_DIM + 8;
+  static constexpr size_t MERGE_BYTES = sizeof(float) * NUM_WARPS * 16 * (O_STRIDE + 2);
+  static constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+  // bf16 caches: Q and the ring of K and V tiles.
+  static constexpr size_t SMEM_BYTES =
+      max_size(sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS), KV_WARPS > 1 ? MERGE_BYTES : 0);
+  // 8-bit caches (stage 05): Q and the ring of K and V code tiles with their per-key scales.
   static constexpr size_t SMEM_BYTES_8BIT =
-      sizeof(bf16) * (Q_ELEMS + 2 * KV_ELEMS) + 2 * STAGES * (KV_ELEMS + sizeof(float) * TILE_K);
+      max_size(sizeof(bf16) * Q_ELEMS + 2 * STAGES * (KV_ELEMS + sizeof(float) * TILE_K), MERGE_BYTES);
 
-  static_assert(TILE_K % 16 == 0, "keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
+  static_assert(WARP_K % 16 == 0 && WARP_K * KV_WARPS == TILE_K,
+                "a warp's keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
   static_assert(HEAD_DIM % 64 == 0, "the swizzle XORs 3 bits of the chunk index: rows need >= 8 chunks");
-  static_assert((TILE_K * CHUNKS) % NUM_THREADS == 0 && (ROWS * CHUNKS) % NUM_THREADS == 0,
-                "every thread issues the same number of copies per tile");
+  static_assert((TILE_K * CHUNKS) % NUM_THREADS == 0, "every thread issues the same number of copies per tile");
   static_assert(STAGES >= 2, "the ring needs one buffer being read and one being filled");
   static_assert((TILE_K * CODE_CHUNKS) % NUM_THREADS == 0, "8-bit tiles: the same number of copies per thread");
 };
@@ -80,22 +94,23 @@ struct Tiling {
 // at every head_dim); its shared memory (Q + 3 stages: 50-56 KB) lets 4 programs
 // share an SM. Stage 04 runs this tile too.
 template <int HEAD_DIM>
-using DecodeTiling = Tiling<HEAD_DIM, 1, 4096 / HEAD_DIM, 3>;
-// 8-bit caches (stage 05) convert every code of every tile to bf16/fp16 in
-// registers: 8192 codes per tile, 256 per lane for a lone warp, which then
-// bounds the program instead of memory. Two warps share that work (the loads
-// and conversions are spread over all threads; a warp without real rows skips
-// only the math), and their programs still fit 4 per SM (Q 32 rows + one bf16
-// K/V tile + the 8-bit ring: 47-49 KB for head_dim 64/128). Head_dim 256 keeps
-// one warp: 32 rows of Q there would drop it to 3 programs per SM.
+using DecodeTiling = Tiling<HEAD_DIM, 1, 1, 4096 / HEAD_DIM, 3>;
+// 8-bit caches (stage 05) turn every code into a 16-bit MMA operand in
+// registers, and in a decode tile no other warp shares that work: 8192 codes per
+// 32-key tile would keep a lone warp busy far longer than memory takes to
+// deliver them. So the 16 rows get KV_WARPS warps that split each tile's keys:
+// tiles of 8 KB of K codes (64 keys at head_dim 128) shared by 4 warps of 16
+// keys (8 warps at head_dim 64). With 3 stages that is 52-54 KB, 4 programs per
+// SM. Head_dim 256 (32 keys, 2 warps) keeps 2 stages so that 4 programs fit.
 template <int HEAD_DIM, KvFormat F>
-using DecodeTilingFor = std::conditional_t<(F == KvFormat::bf16 || HEAD_DIM > 128), DecodeTiling<HEAD_DIM>,
-                                           Tiling<HEAD_DIM, 2, 4096 / HEAD_DIM, 3>>;
+using DecodeTilingFor =
+    std::conditional_t<F == KvFormat::bf16, DecodeTiling<HEAD_DIM>,
+                       Tiling<HEAD_DIM, 1, 8192 / HEAD_DIM / 16, 8192 / HEAD_DIM, (HEAD_DIM > 128 ? 2 : 3)>>;
 // Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
 // their registers (~220 per lane) allow one program per SM anyway, so the shared
 // memory for a third stage (128 KB in all for head_dim 128) costs nothing.
 template <int HEAD_DIM>
-using PrefillTiling = Tiling<HEAD_DIM, 8, (HEAD_DIM <= 128 ? 64 : 32), 3>;
+using PrefillTiling = Tiling<HEAD_DIM, 8, 1, (HEAD_DIM <= 128 ? 64 : 32), 3>;
 
 // Kernel arguments derived on the host once per launch (checked_packing()).
 struct Packing {
@@ -210,30 +225,91 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return bits;
 }
 
+// ---- 8-bit caches: codes stay 8-bit until they are in registers.
+//
+// With an 8-bit cache a lane builds its MMA operands straight from the code
+// tiles (16-byte shared-memory loads): no 16-bit copy of a tile is ever written
+// back, so shared memory carries each code twice (copied in, read out) instead of
+// five times. That works because both MMAs sum over an index whose order is ours
+// to choose, as long as both operands agree on it:
+//  - S = Q K^T sums over dims. In k-step ks, lane (g, t4) supplies B's k = 2t4,
+//    2t4+1, 2t4+8, 2t4+9 for key g. Let them be the 4 consecutive dims
+//    qk_dim(ks, t4) + 0..3: one 32-bit word of key g's codes. Q's A fragment is
+//    read in the same dim order (load_q_fragment), so S is unchanged.
+//  - O += P V sums over keys. Lane (g, t4) supplies B's k = 2t4, 2t4+1, 2t4+8,
+//    2t4+9 for dim n. Let them be keys 4t4 + 0..3 of the 16-key slice: the lane
+//    reads those 4 key rows and pairs their bytes with byte permutes. P's A
+//    fragment comes from S's accumulators, so S's columns must hold the keys in
+//    that order: column_key(), which also decides which row each K load reads.
+//  - O's dims are free too: V n-tile i, column n is dim (HEAD_DIM / 8) n + i, so
+//    a lane's bytes of a V row are one contiguous run. The output is put back in
+//    dim order through shared memory at the end.
+
+// The key (of the warp's WARP_K keys in a tile) whose score is column c (0..7)
+// of S's 8-key tile j. bf16: in order. 8-bit: ordered for P V as above (keys
+// 4t4 + 0..3 of each 16-key slice sit in columns 2t4, 2t4 + 1 of tiles 2kk, 2kk + 1).
+template <bool QUANTIZED>
+__device__ __forceinline__ int column_key(int j, int c) {
+  if constexpr (QUANTIZED) {
+    return 16 * (j >> 1) + 4 * (c >> 1) + 2 * (j & 1) + (c & 1);
+  } else {
+    return 8 * j + c;
+  }
+}
+
+// 8-bit caches: the first of the 4 dims that k = 2t4, 2t4+1, 2t4+8, 2t4+9 of
+// Q K^T's k-step ks stand for. Word ks % 4 of 16-byte chunk t4 + 4 (ks / 4) of a key row.
+__device__ __forceinline__ int qk_dim(int ks, int t4) { return 64 * (ks >> 2) + 16 * t4 + 4 * (ks & 3); }
+
+// Byte offsets of (row, 16-byte chunk) in 8-bit code tiles [rows, HEAD_DIM],
+// swizzled for the reads above (a 16-byte shared load is served 8 lanes at a
+// time; those 8 must hit 8 different 16-byte bank groups of a 128-byte line).
+//  - K: 8 lanes read chunks t4 (+ 4c) of two keys of different parity: XOR
+//    chunk bit 2 with the parity. 64-byte rows (head_dim 64) need nothing.
+//  - V: 8 lanes read the chunk(s) of their g (two values of g) in rows 4t4 + e,
+//    t4 = 0..3: XOR the chunk with a function of t4 that separates the 4 rows.
+//    (At head_dim 64 each row is only half a bank line, so 2 lanes share a group.)
+template <int HEAD_DIM>
+__device__ __forceinline__ int k_code_offset(int row, int chunk) {
+  const int x = HEAD_DIM >= 128 ? (row & 1) << 2 : 0;
+  return row * HEAD_DIM + 16 * (chunk ^ x);
+}
+template <int HEAD_DIM>
+__device__ __forceinline__ int v_code_offset(int row, int chunk) {
+  const int t = (row >> 2) & 3;
+  const int x = HEAD_DIM == 64 ? t : HEAD_DIM == 128 ? 2 * t : (t & 1) | ((t & 2) << 1);
+  return row * HEAD_DIM + 16 * (chunk ^ x);
+}
+
 // Grid: (query tiles or whatever Slice maps blockIdx.x to, num_kv_heads, num_requests).
 // Dynamic shared memory: smem_bytes<T, Kv::FORMAT>().
 template <class T, class Slice = WholeContext, class Kv = Bf16Kv, class Mask = CausalMask>
 __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionParams p, Packing pk, Slice slice) {
-  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES, CHUNKS = T::CHUNKS;
+  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, WARP_K = T::WARP_K, STAGES = T::STAGES;
+  constexpr int CHUNKS = T::CHUNKS, KV_WARPS = T::KV_WARPS;
   constexpr int K_STEPS = HEAD_DIM / 16;  // 16-dim slices of Q*K^T
-  constexpr int S_TILES = TILE_K / 8;     // 8-key column tiles of S
+  constexpr int S_TILES = WARP_K / 8;     // 8-key column tiles of S
   constexpr int O_TILES = HEAD_DIM / 8;   // 8-dim column tiles of O
-  // 8-bit caches: the ring holds codes and scales; each tile is dequantized into
-  // ONE bf16 K/V tile that the MMAs read exactly as they read a bf16 ring buffer.
+  // 8-bit caches: the ring holds codes and per-key scales instead of bf16 tiles.
   constexpr bool QUANTIZED = Kv::FORMAT != KvFormat::bf16;
-  constexpr int KV_BUFS = QUANTIZED ? 1 : STAGES;  // bf16 K/V tiles in shared memory
   constexpr int CODE_CHUNKS = T::CODE_CHUNKS;
-  bf16* q_s = dynamic_smem<bf16>();           // [ROWS, HEAD_DIM] swizzled
-  bf16* k_s = q_s + T::Q_ELEMS;               // [KV_BUFS, TILE_K, HEAD_DIM] swizzled
-  bf16* v_s = k_s + KV_BUFS * T::KV_ELEMS;    // [KV_BUFS, TILE_K, HEAD_DIM] swizzled
-  // 8-bit only (past the bf16 tiles; unused and never touched for bf16):
-  uint8_t* k_codes_s = reinterpret_cast<uint8_t*>(v_s + KV_BUFS * T::KV_ELEMS);  // [STAGES, TILE_K, HEAD_DIM]
-  uint8_t* v_codes_s = k_codes_s + STAGES * T::KV_ELEMS;                         // [STAGES, TILE_K, HEAD_DIM]
+  // The KV warps' states are merged, and 8-bit outputs put back in dim order, in shared memory.
+  constexpr bool MERGE = QUANTIZED || KV_WARPS > 1;
+  bf16* q_s = dynamic_smem<bf16>();  // [ROWS, HEAD_DIM] swizzled
+  // bf16 caches:
+  bf16* k_s = q_s + T::Q_ELEMS;             // [STAGES, TILE_K, HEAD_DIM] swizzled
+  bf16* v_s = k_s + STAGES * T::KV_ELEMS;   // [STAGES, TILE_K, HEAD_DIM] swizzled
+  // 8-bit caches (the same bytes as k_s, v_s; never both):
+  uint8_t* k_codes_s = reinterpret_cast<uint8_t*>(q_s + T::Q_ELEMS);             // [STAGES, TILE_K, HEAD_DIM]
+  uint8_t* v_codes_s = k_codes_s + STAGES * T::KV_ELEMS;                          // [STAGES, TILE_K, HEAD_DIM]
   float* k_scale_s = reinterpret_cast<float*>(v_codes_s + STAGES * T::KV_ELEMS);  // [STAGES, TILE_K]
   float* v_scale_s = k_scale_s + STAGES * TILE_K;                                 // [STAGES, TILE_K]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;  // MMA fragment coordinates: this lane holds rows g and g + 8
+  // This warp computes tile rows 16 row_warp.. for keys [key0, key0 + WARP_K) of every K/V tile.
+  const int row_warp = warp / KV_WARPS, kv_warp = warp % KV_WARPS;
+  const int key0 = kv_warp * WARP_K;
 
   const int r = blockIdx.z, kv_head = blockIdx.y;
   const int tile_idx = slice.query_tile();
@@ -247,8 +323,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   const int pad_mask = (1 << pk.group_shift) - 1;
 
   // ---- Q tile -> shared memory (one cp.async group)
-  for (int i = 0; i < T::ROWS * CHUNKS / T::NUM_THREADS; ++i) {
-    const int c = threadIdx.x + i * T::NUM_THREADS;
+  for (int c = threadIdx.x; c < T::ROWS * CHUNKS; c += T::NUM_THREADS) {
     const int row = c / CHUNKS, chunk = c % CHUNKS;
     //@ TODO 1: the token and the query head of tile row `row`, and whether it is real (not past q_len, not a padding head)
     const int token = tile_first + (row >> pk.group_shift);
@@ -270,8 +345,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   const int tile_kv_end = pos0 + tile_last + 1;  // keys after the tile's last query are masked for every row
   // A warp's 16 rows span a few tokens: it needs keys up to its last real token's
   // position and masks nothing below its first token's position.
-  const int warp_first_tok = tile_first + ((warp * 16) >> pk.group_shift);
-  const int warp_last_tok = min(q_len - 1, tile_first + ((warp * 16 + 15) >> pk.group_shift));
+  const int warp_first_tok = tile_first + ((row_warp * 16) >> pk.group_shift);
+  const int warp_last_tok = min(q_len - 1, tile_first + ((row_warp * 16 + 15) >> pk.group_shift));
   const int warp_kv_end = warp_first_tok < q_len ? pos0 + warp_last_tok + 1 : 0;  // 0: only padding rows
   const int warp_unmasked_end = pos0 + warp_first_tok + 1;
   //@ skeleton
@@ -323,8 +398,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
         cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
       }
     } else {
-      // 16 codes per copy, unswizzled: the thread that copies a chunk is the one
-      // that dequantizes it (same c), so only its own cp.async wait is needed.
+      // 16 codes per copy, to the swizzled places the fragment loads expect.
       uint8_t* k_dst = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
       uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
 #pragma unroll
@@ -335,8 +409,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
         size_t head_row;
         find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
         const size_t offset = head_row * HEAD_DIM + chunk * 16;  // bytes from the codes' base
-        cp_async_16(k_dst + j * HEAD_DIM + chunk * 16, p.kv.k_codes + offset, in_range);
-        cp_async_16(v_dst + j * HEAD_DIM + chunk * 16, p.kv.v_codes + offset, in_range);
+        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
+        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
       }
       // One scale per key. A key out of range gets scale 0 AND code 0 (both
       // zero-filled): its slot may hold NaN scales, and P = 0 times a NaN is NaN.
@@ -366,9 +440,17 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   // registers per lane, so Q is re-read from shared memory at every tile instead.
   constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
   auto load_q_fragment = [&](uint32_t(&a)[4], int ks) {
-    // Matrices 0..3 = (rows 0-7, dims lo), (rows 8-15, dims lo), (rows 0-7, dims hi), (rows 8-15, dims hi).
-    const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    ldmatrix_x4(a, q_s + swizzle<HEAD_DIM>(row, 2 * ks + (lane >> 4)));
+    if constexpr (QUANTIZED) {
+      // Dims qk_dim(ks, t4) + 0..3 of rows g and g + 8: a0, a2 and a1, a3 (see above).
+      const int d = qk_dim(ks, t4);
+      const uint2 lo = *reinterpret_cast<const uint2*>(q_s + swizzle<HEAD_DIM>(row_warp * 16 + g, d >> 3) + (d & 7));
+      const uint2 hi = *reinterpret_cast<const uint2*>(q_s + swizzle<HEAD_DIM>(row_warp * 16 + g + 8, d >> 3) + (d & 7));
+      a[0] = lo.x, a[1] = hi.x, a[2] = lo.y, a[3] = hi.y;
+    } else {
+      // Matrices 0..3 = (rows 0-7, dims lo), (rows 8-15, dims lo), (rows 0-7, dims hi), (rows 8-15, dims hi).
+      const int row = row_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4(a, q_s + swizzle<HEAD_DIM>(row, 2 * ks + (lane >> 4)));
+    }
   };
   uint32_t q_frag[Q_IN_REGISTERS ? K_STEPS : 1][4];  // [16-dim slice][a0..a3]
   if constexpr (Q_IN_REGISTERS) {
@@ -385,8 +467,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   for (int j = 0; j < O_TILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
-  const int q_pos[2] = {pos0 + tile_first + ((warp * 16 + g) >> pk.group_shift),
-                        pos0 + tile_first + ((warp * 16 + g + 8) >> pk.group_shift)};
+  const int q_pos[2] = {pos0 + tile_first + ((row_warp * 16 + g) >> pk.group_shift),
+                        pos0 + tile_first + ((row_warp * 16 + g + 8) >> pk.group_shift)};
   // Row i sees keys below row_kv_end[i]: causal, and inside this program's range.
   const int row_kv_end[2] = {min(q_pos[0] + 1, kv_end), min(q_pos[1] + 1, kv_end)};
   // Below this every row of the warp sees every key: those tiles need no mask.
@@ -400,8 +482,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
   if constexpr (Mask::WINDOWED) {
     row_kv_begin[0] = Mask::row_kv_begin(p, q_pos[0]);
     row_kv_begin[1] = Mask::row_kv_begin(p, q_pos[1]);
-    const int oldest_tok = tile_first + ((warp * 16) >> pk.group_shift);                      // the warp's first token
-    const int newest_tok = min(q_len - 1, tile_first + ((warp * 16 + 15) >> pk.group_shift));  // and last real one
+    const int oldest_tok = tile_first + ((row_warp * 16) >> pk.group_shift);                      // the warp's first token
+    const int newest_tok = min(q_len - 1, tile_first + ((row_warp * 16 + 15) >> pk.group_shift));  // and last real one
     window_unmasked_begin = Mask::row_kv_begin(p, pos0 + newest_tok);
     window_skip_end = Mask::row_kv_begin(p, pos0 + oldest_tok);
   }
@@ -414,70 +496,72 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
       if (next < num_kv_tiles) load_kv_tile(next, next % STAGES);
       cp_async_commit();
     }
-    const int kv_start = kv_begin + tile * TILE_K;
-    // Warp-uniform: a tile wholly above this warp's diagonal (or a warp of padding
-    // rows) costs no math; the warp still takes part in the loads and barriers.
-    if constexpr (QUANTIZED) {
-      // Codes -> the 16-bit tiles (K bf16, V fp16: see Kv::weights_fragment),
-      // in registers, 16 codes at a time: this thread's
-      // own chunks (its wait above covered them). The barrier publishes the tile;
-      // the one at the top of the next step keeps it until every warp is done.
-      const uint8_t* k_codes = k_codes_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-      const uint8_t* v_codes = v_codes_s + (tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-#pragma unroll
-      for (int i = 0; i < TILE_K * CODE_CHUNKS / T::NUM_THREADS; ++i) {
-        const int c = threadIdx.x + i * T::NUM_THREADS;
-        const int j = c / CODE_CHUNKS, chunk = c % CODE_CHUNKS;
-        uint4 vals[2];  // 16 values: 16-byte chunks 2 chunk and 2 chunk + 1 of row j
-        Kv::template decode16<false>(*reinterpret_cast<const uint4*>(k_codes + j * HEAD_DIM + chunk * 16), vals);
-        *reinterpret_cast<uint4*>(k_s + swizzle<HEAD_DIM>(j, 2 * chunk)) = vals[0];
-        *reinterpret_cast<uint4*>(k_s + swizzle<HEAD_DIM>(j, 2 * chunk + 1)) = vals[1];
-        Kv::template decode16<true>(*reinterpret_cast<const uint4*>(v_codes + j * HEAD_DIM + chunk * 16), vals);
-        *reinterpret_cast<uint4*>(v_s + swizzle<HEAD_DIM>(j, 2 * chunk)) = vals[0];
-        *reinterpret_cast<uint4*>(v_s + swizzle<HEAD_DIM>(j, 2 * chunk + 1)) = vals[1];
-      }
-      __syncthreads();
-    }
+    const int stage = tile % STAGES;
+    const int kv_start = kv_begin + tile * TILE_K + key0;  // this warp's first key
+    // Warp-uniform: keys wholly above this warp's diagonal (or a warp of padding
+    // rows) cost no math; the warp still takes part in the loads and barriers.
     if (kv_start >= warp_kv_end) continue;
     if constexpr (Mask::WINDOWED) {
-      if (kv_start + TILE_K <= window_skip_end) continue;  // older than every row's window
+      if (kv_start + WARP_K <= window_skip_end) continue;  // older than every row's window
     }
-    const bf16* k_tile = k_s + (QUANTIZED ? 0 : tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-    const bf16* v_tile = v_s + (QUANTIZED ? 0 : tile % STAGES) * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
 
-    // S = Q K^T: B[k][n] = K[key n][dim k], so K's rows are B's columns and a
-    // plain ldmatrix of 8 key rows gives the col-major B fragment.
-    float s[S_TILES][4];  // [8-key tile][c0..c3], layout as o
+    // S = Q K^T for this warp's WARP_K keys.
+    float s[S_TILES][4];  // [8-key tile][c0..c3], layout as o; column c of tile j is key column_key(j, c)
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    if constexpr (QUANTIZED) {
+      // Lane (g, t4) reads column g's key row, 16 codes per chunk t4 + 4c: one
+      // word per k-step, turned into the B fragment by the Kv policy.
+      const uint8_t* k_codes = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (k_code_offset)
 #pragma unroll
-    for (int ks = 0; ks < K_STEPS; ++ks) {
-      uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? ks : 0];
-      if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, ks);
+      for (int j = 0; j < S_TILES; ++j) {
+        const int key = key0 + column_key<true>(j, g);
 #pragma unroll
-      for (int jp = 0; jp < S_TILES / 2; ++jp) {
-        // Matrices 0..3 = (keys 0-7, dims lo), (keys 0-7, dims hi), (keys 8-15, dims lo), (keys 8-15, dims hi).
-        uint32_t kb[4];
-        const int key = jp * 16 + (lane & 7) + (lane >> 4) * 8;
-        ldmatrix_x4(kb, k_tile + swizzle<HEAD_DIM>(key, 2 * ks + ((lane >> 3) & 1)));
-        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        mma_m16n8k16_bf16(s[2 * jp], qa, b0, s[2 * jp]);
-        mma_m16n8k16_bf16(s[2 * jp + 1], qa, b1, s[2 * jp + 1]);
+        for (int c = 0; c < HEAD_DIM / 64; ++c) {
+          const uint4 codes = *reinterpret_cast<const uint4*>(k_codes + k_code_offset<HEAD_DIM>(key, t4 + 4 * c));
+          uint32_t kb[4][2];  // [k-step 4c + w][b0, b1]
+          Kv::k_fragments(codes, kb);
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? 4 * c + w : 0];
+            if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, 4 * c + w);
+            mma_m16n8k16_bf16(s[j], qa, kb[w], s[j]);
+          }
+        }
+      }
+      // The MMA multiplied Q by the codes: column j of S still needs its key's k scale.
+      Kv::scale_scores(s, k_scale_s + stage * TILE_K + key0, t4);
+    } else {
+      // B[k][n] = K[key n][dim k], so K's rows are B's columns and a plain
+      // ldmatrix of 8 key rows gives the col-major B fragment.
+      const bf16* k_tile = k_s + stage * T::KV_ELEMS + key0 * HEAD_DIM;  // [WARP_K, HEAD_DIM] swizzled
+#pragma unroll
+      for (int ks = 0; ks < K_STEPS; ++ks) {
+        uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? ks : 0];
+        if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, ks);
+#pragma unroll
+        for (int jp = 0; jp < S_TILES / 2; ++jp) {
+          // Matrices 0..3 = (keys 0-7, dims lo), (keys 0-7, dims hi), (keys 8-15, dims lo), (keys 8-15, dims hi).
+          uint32_t kb[4];
+          const int key = jp * 16 + (lane & 7) + (lane >> 4) * 8;
+          ldmatrix_x4(kb, k_tile + swizzle<HEAD_DIM>(key, 2 * ks + ((lane >> 3) & 1)));
+          const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+          mma_m16n8k16_bf16(s[2 * jp], qa, b0, s[2 * jp]);
+          mma_m16n8k16_bf16(s[2 * jp + 1], qa, b1, s[2 * jp + 1]);
+        }
       }
     }
-    // 8-bit caches: the MMA multiplied Q by the codes; column j of S still needs key j's k scale.
-    if constexpr (QUANTIZED) Kv::scale_scores(s, k_scale_s + (tile % STAGES) * TILE_K, t4);
-    // Mask, only on tiles that reach past the warp's first query position (the
+    // Mask, only on keys that reach past the warp's first query position (the
     // diagonal) or past kv_end (the zero-filled keys would score 0, not -inf),
     // or, with a sliding window, below the window of the warp's newest token.
-    bool needs_mask = kv_start + TILE_K > unmasked_end;
+    bool needs_mask = kv_start + WARP_K > unmasked_end;
     if constexpr (Mask::WINDOWED) needs_mask = needs_mask || kv_start < window_unmasked_begin;
     if (needs_mask) {
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = kv_start + 8 * j + 2 * t4 + (e & 1);
+          const int key = kv_start + column_key<QUANTIZED>(j, 2 * t4 + (e & 1));
           bool masked = key >= row_kv_end[e >> 1];
           if constexpr (Mask::WINDOWED) masked = masked || key < row_kv_begin[e >> 1];
           if (masked) s[j][e] = -INFINITY;
@@ -527,32 +611,62 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     // fragment of P's 16-key slice kk (same rows, columns 2t4.. and 2t4+8..), so P
     // goes from registers to the tensor core without touching shared memory.
 #pragma unroll
-    for (int kk = 0; kk < TILE_K / 16; ++kk) {
-      //@ TODO 5: P's A fragment for keys 16kk..16kk+15, straight from the S accumulators (rounded to bf16)
-      const uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      //@ skeleton
-      //@ const uint32_t pa[4] = {0, 0, 0, 0};  // placeholder: P = 0
-      //@ if (lane == 0) PA_TODO(5);
-      //@ end
-      // 8-bit caches: O = sum_j (p_j * v_scale_j) codes_j. P's fragment is built
-      // by the Kv policy instead (in fp16, against the fp16 V tile of codes; l
-      // above summed the plain p_j). Unused for bf16.
-      [[maybe_unused]] uint32_t pv[4];
-      if constexpr (QUANTIZED) Kv::weights_fragment(s, kk, v_scale_s + (tile % STAGES) * TILE_K, t4, pv);
+    for (int kk = 0; kk < WARP_K / 16; ++kk) {
+      if constexpr (QUANTIZED) {
+        // O = sum_j (p_j * v_scale_j) codes_j: P's fragment comes from the Kv
+        // policy, in fp16 against fp16 codes (l above summed the plain p_j).
+        uint32_t pv[4];
+        Kv::weights_fragment(s, kk, v_scale_s + stage * TILE_K + key0, t4, pv);
+        // This lane's bytes of V rows key0 + 16kk + 4t4 + e (e = 0..3): dims
+        // [LANE_BYTES g, LANE_BYTES (g + 1)), read PIECE bytes per row at a time.
+        constexpr int LANE_BYTES = HEAD_DIM / 8;
+        constexpr int PIECE = LANE_BYTES < 16 ? LANE_BYTES : 16;
+        const uint8_t* v_codes = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (v_code_offset)
 #pragma unroll
-      for (int jp = 0; jp < O_TILES / 2; ++jp) {
-        // B[k][n] = V[key k][dim n] is V row-major: ldmatrix .trans of 8 key rows.
-        // Matrices 0..3 = (keys 0-7, dims lo), (keys 8-15, dims lo), (keys 0-7, dims hi), (keys 8-15, dims hi).
-        uint32_t vb[4];
-        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4_trans(vb, v_tile + swizzle<HEAD_DIM>(key, 2 * jp + (lane >> 4)));
-        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        if constexpr (QUANTIZED) {
-          mma_m16n8k16_f16(o[2 * jp], pv, b0, o[2 * jp]);
-          mma_m16n8k16_f16(o[2 * jp + 1], pv, b1, o[2 * jp + 1]);
-        } else {
+        for (int piece = 0; piece < LANE_BYTES / PIECE; ++piece) {
+          uint32_t words[4][PIECE / 4];  // [key e][4 dims each]
+          const int byte = LANE_BYTES * g + PIECE * piece;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint8_t* src = v_codes + v_code_offset<HEAD_DIM>(key0 + 16 * kk + 4 * t4 + e, byte >> 4) + (byte & 15);
+            if constexpr (PIECE == 16) {
+              const uint4 x = *reinterpret_cast<const uint4*>(src);
+              words[e][0] = x.x, words[e][1] = x.y, words[e][2] = x.z, words[e][3] = x.w;
+            } else {
+              const uint2 x = *reinterpret_cast<const uint2*>(src);
+              words[e][0] = x.x, words[e][1] = x.y;
+            }
+          }
+#pragma unroll
+          for (int w = 0; w < PIECE / 4; ++w) {
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+              // n-tile i: column g is dim LANE_BYTES g + i, byte b of word w.
+              const int i = PIECE * piece + 4 * w + b;
+              const uint32_t vb[2] = {Kv::v_fragment(words[0][w], words[1][w], b),
+                                      Kv::v_fragment(words[2][w], words[3][w], b)};
+              mma_m16n8k16_f16(o[i], pv, vb, o[i]);
+            }
+          }
+        }
+      } else {
+        //@ TODO 5: P's A fragment for keys 16kk..16kk+15, straight from the S accumulators (rounded to bf16)
+        const uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        //@ skeleton
+        //@ const uint32_t pa[4] = {0, 0, 0, 0};  // placeholder: P = 0
+        //@ if (lane == 0) PA_TODO(5);
+        //@ end
+        const bf16* v_tile = v_s + stage * T::KV_ELEMS + key0 * HEAD_DIM;  // [WARP_K, HEAD_DIM] swizzled
+#pragma unroll
+        for (int jp = 0; jp < O_TILES / 2; ++jp) {
+          // B[k][n] = V[key k][dim n] is V row-major: ldmatrix .trans of 8 key rows.
+          // Matrices 0..3 = (keys 0-7, dims lo), (keys 8-15, dims lo), (keys 0-7, dims hi), (keys 8-15, dims hi).
+          uint32_t vb[4];
+          const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4_trans(vb, v_tile + swizzle<HEAD_DIM>(key, 2 * jp + (lane >> 4)));
+          const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
           mma_m16n8k16_bf16(o[2 * jp], pa, b0, o[2 * jp]);
           mma_m16n8k16_bf16(o[2 * jp + 1], pa, b1, o[2 * jp + 1]);
         }
@@ -568,10 +682,64 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
   }
 
+  if constexpr (MERGE) {
+    // Every warp is past its last tile, so the ring and Q are free: each warp
+    // writes its state (o in dim order), then the first KV warp of each row warp
+    // merges its row warp's KV_WARPS states with SoftmaxState::merge's rule.
+    __syncthreads();
+    float* o_s = dynamic_smem<float>();                  // [NUM_WARPS, 16, O_STRIDE]
+    float* m_s = o_s + T::NUM_WARPS * 16 * T::O_STRIDE;  // [NUM_WARPS, 16]
+    float* l_s = m_s + T::NUM_WARPS * 16;                // [NUM_WARPS, 16]
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 2 * t4 + (e & 1);  // of n-tile j
+        const int dim = QUANTIZED ? (HEAD_DIM / 8) * col + j : 8 * j + col;
+        o_s[(warp * 16 + g + 8 * (e >> 1)) * T::O_STRIDE + dim] = o[j][e];
+      }
+    }
+    if (t4 == 0) {
+      m_s[warp * 16 + g] = m[0], m_s[warp * 16 + g + 8] = m[1];
+      l_s[warp * 16 + g] = l[0], l_s[warp * 16 + g + 8] = l[1];
+    }
+    __syncthreads();
+    if (kv_warp != 0) return;  // no barrier follows
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = g + 8 * i;
+      float m_max = -INFINITY;
+#pragma unroll
+      for (int kw = 0; kw < KV_WARPS; ++kw) m_max = fmaxf(m_max, m_s[(warp + kw) * 16 + row]);
+      const float ref = m_max == -INFINITY ? 0.0f : m_max * pk.scale_log2;  // the empty-state rule
+      float weight[KV_WARPS];
+      float l_sum = 0.0f;
+#pragma unroll
+      for (int kw = 0; kw < KV_WARPS; ++kw) {
+        weight[kw] = exp2f(m_s[(warp + kw) * 16 + row] * pk.scale_log2 - ref);  // 0 for an empty warp
+        l_sum += weight[kw] * l_s[(warp + kw) * 16 + row];
+      }
+      m[i] = m_max;
+      l[i] = l_sum;
+#pragma unroll
+      for (int j = 0; j < O_TILES; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int kw = 0; kw < KV_WARPS; ++kw) {
+            sum += weight[kw] * o_s[((warp + kw) * 16 + row) * T::O_STRIDE + 8 * j + 2 * t4 + h];
+          }
+          o[j][2 * i + h] = sum;
+        }
+      }
+    }
+  }
+
   // Only real rows are stored; padding heads and tokens past q_len never are.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int row = warp * 16 + g + 8 * i;
+    const int row = row_warp * 16 + g + 8 * i;
     const int token = tile_first + (row >> pk.group_shift);
     const int head_in_group = row & pad_mask;
     if (token >= q_len || head_in_group >= pk.group) continue;

@@ -32,7 +32,6 @@ namespace pa::stage04 {
 // Internal linkage, like stage 03's kernel: stages 04-06 each instantiate it.
 namespace {
 
-using stage03::DecodeTiling;
 using stage03::DecodeTilingFor;
 using stage03::KeyRange;
 
@@ -42,21 +41,19 @@ constexpr int MERGE_THREADS = 128;
 
 // Decode tiles an SM holds at once. Shared memory decides: Q + a 3-stage K/V
 // ring is 50-56 KB (head_dim 64-256) plus 1 KB the hardware reserves per block;
-// Hopper has 228 KB per SM. Registers do not limit a one-warp program.
+// Hopper has 228 KB per SM. Registers do not limit these small programs (1
+// warp; 2-8 for 8-bit caches, stage 05).
 constexpr int PROGRAMS_PER_SM = 4;
 constexpr size_t SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
-template <int HEAD_DIM>
+template <int HEAD_DIM, KvFormat F>
 constexpr bool fits_per_sm() {
-  return PROGRAMS_PER_SM * (DecodeTiling<HEAD_DIM>::SMEM_BYTES + SMEM_RESERVED_PER_BLOCK) <= SMEM_PER_SM;
+  return PROGRAMS_PER_SM * (stage03::smem_bytes<DecodeTilingFor<HEAD_DIM, F>, F>() + SMEM_RESERVED_PER_BLOCK) <=
+         SMEM_PER_SM;
 }
-static_assert(fits_per_sm<64>() && fits_per_sm<128>() && fits_per_sm<256>(), "PROGRAMS_PER_SM decode tiles must fit");
-// 8-bit caches (stage 05) need less: half-size code tiles plus one bf16 tile,
-// even with their two-warp tile's 32 rows of Q.
-template <int HEAD_DIM>
-constexpr bool fits_8bit() {
-  return DecodeTilingFor<HEAD_DIM, KvFormat::int8>::SMEM_BYTES_8BIT <= DecodeTiling<HEAD_DIM>::SMEM_BYTES;
-}
-static_assert(fits_8bit<64>() && fits_8bit<128>() && fits_8bit<256>(), "8-bit tiles fit where bf16 ones do");
+static_assert(fits_per_sm<64, KvFormat::bf16>() && fits_per_sm<128, KvFormat::bf16>() &&
+                  fits_per_sm<256, KvFormat::bf16>() && fits_per_sm<64, KvFormat::int8>() &&
+                  fits_per_sm<128, KvFormat::int8>() && fits_per_sm<256, KvFormat::int8>(),
+              "PROGRAMS_PER_SM decode tiles must fit");
 
 // The slice policy of stage 03's kernel for split-KV, and the partials that the
 // merge kernel reads. blockIdx.x of the tile kernel is the split.

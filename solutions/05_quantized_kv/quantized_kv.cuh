@@ -1,11 +1,10 @@
 // Stage 05's cache-format policy for stage 03's kernel: 8-bit K/V tiles.
 //
 // The kernel (solutions/03_gqa_packing/gqa_packing.cuh) copies a tile's codes
-// (16 per cp.async) and its per-key fp32 scales into the ring, then calls this
-// policy: decode16() turns 16 codes into 16 16-bit values in registers
-// (common/quant.cuh's decode4_bf16x2 / decode4_half2, 4 codes at a time), which
-// the kernel stores into the K/V tile its MMAs read (K bf16, V fp16), and the
-// two scale hooks put each key's scale back in fp32:
+// (16 per cp.async) and its per-key fp32 scales into the ring; its lanes read
+// the codes they need straight into registers and call this policy to turn them
+// into MMA operands (K bf16, V fp16: common/quant.cuh's decode4_bf16x2 and
+// decode_pair_half), and the two scale hooks put each key's scale back in fp32:
 //     S[:, j] = (Q . codes_k[j]) * k_scale[j]        (scale_scores)
 //     O      += sum_j (p_j * v_scale[j]) codes_v[j]   (weights_fragment: P's MMA operand)
 // Every int8 code and every e4m3 value is exact in bf16 and in fp16 (7-bit
@@ -49,62 +48,62 @@ struct QuantizedKv {
   static_assert(F == KvFormat::int8 || F == KvFormat::fp8_e4m3, "8-bit formats only");
   static constexpr KvFormat FORMAT = F;
 
-  // 16 codes (one 16-byte chunk of a K or V row, code 0 in the low byte) ->
-  // their 16 values, exactly, as bf16 (K) or fp16 (V, TO_HALF): vals[0] =
-  // values 0..7, vals[1] = values 8..15, two per register, the lower index in
-  // the low half. No scale: the hooks below apply it in fp32.
-  template <bool TO_HALF>
-  __device__ __forceinline__ static void decode16(uint4 codes, uint4 (&vals)[2]) {
-    //@ TODO 3: dequantize 16 codes exactly: one 32-bit word (4 codes) at a time, decode4_bf16x2 (K) or decode4_half2 (V)
-    // common/quant.cuh's decode4_* turn 4 codes into 2 packed pairs with byte
-    // permutes and 16-bit math: no per-element conversion instructions.
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-    uint32_t packed[8];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      uint32_t pair[2];
-      if constexpr (TO_HALF) {
-        decode4_half2<F>(words[w], pair);
-      } else {
-        decode4_bf16x2<F>(words[w], pair);
-      }
-      packed[2 * w] = pair[0];
-      packed[2 * w + 1] = pair[1];
-    }
-    vals[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    vals[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  // K: 16 codes of one key (a 16-byte chunk of its row, code 0 in the low byte)
+  // -> the B fragments of 4 k-steps: kb[w] = {values 4w, 4w + 1}, {4w + 2, 4w + 3}
+  // as bf16 pairs (the kernel orders Q's dims so that one word of codes is one
+  // k-step's b0, b1).
+  __device__ __forceinline__ static void k_fragments(uint4 codes, uint32_t (&kb)[4][2]) {
+    //@ TODO 3: dequantize exactly, without scales: each word of 4 K codes -> two bf16 pairs (decode4_bf16x2); byte `byte` of two keys' V words -> one fp16 pair (decode_pair_half)
+    // common/quant.cuh's helpers use byte permutes and 16-bit math: no
+    // per-element conversion instructions.
+    decode4_bf16x2<F>(codes.x, kb[0]);
+    decode4_bf16x2<F>(codes.y, kb[1]);
+    decode4_bf16x2<F>(codes.z, kb[2]);
+    decode4_bf16x2<F>(codes.w, kb[3]);
+  }
+  // V: one dim (byte `byte` of two words, each 4 dims of one key) of two keys
+  // -> an fp16 pair, key a in the low half: half of a B fragment of P V.
+  __device__ __forceinline__ static uint32_t v_fragment(uint32_t a, uint32_t b, int byte) {
+    return decode_pair_half<F>(a, b, byte);
     //@ skeleton
     //@ (void)codes;
-    //@ vals[0] = vals[1] = make_uint4(0, 0, 0, 0);  // placeholder: every value 0
+    //@ kb[0][0] = kb[0][1] = kb[1][0] = kb[1][1] = kb[2][0] = kb[2][1] = kb[3][0] = kb[3][1] = 0;  // placeholder: K = 0
     //@ if (threadIdx.x == 0) PA_TODO(3);
+    //@ }
+    //@ __device__ __forceinline__ static uint32_t v_fragment(uint32_t a, uint32_t b, int byte) {
+    //@ (void)a, (void)b, (void)byte;
+    //@ return 0;  // placeholder: V = 0
     //@ end
   }
 
-  // s: the MMA accumulators of one tile (gqa_packing_kernel's s[8-key tile][c0..c3]:
-  // this lane holds columns 8j + 2 t4 and 8j + 2 t4 + 1 of rows g and g + 8).
-  // k_scale, v_scale: [TILE_K] the tile's per-key scales (0 past the end).
-  //  - scale_scores: S's column j times key j's k scale (s holds Q . codes).
-  //  - weights_fragment: P's A fragment for keys 16kk..16kk+15 (layout of
-  //    stage 03's TODO 5), each weight times its key's v scale, in fp16.
+  // s: the MMA accumulators of one warp's keys (gqa_packing_kernel's s[8-key
+  // tile][c0..c3]); with 8-bit caches this lane's columns of tiles 2kk and
+  // 2kk + 1 are keys 16kk + 4t4 + 0, 1 and 16kk + 4t4 + 2, 3, for rows g (c0, c1)
+  // and g + 8 (c2, c3). k_scale, v_scale: [WARP_K] those keys' scales (0 past the end).
+  //  - scale_scores: each score times its key's k scale (s holds Q . codes).
+  //  - weights_fragment: P's A fragment for keys 16kk..16kk+15 (k = 2t4, 2t4+1
+  //    from tile 2kk, k = 2t4+8, 2t4+9 from tile 2kk + 1, as in stage 03's TODO 5),
+  //    each weight times its key's v scale, in fp16.
   template <int S_TILES>
   __device__ __forceinline__ static void scale_scores(float (&s)[S_TILES][4], const float* k_scale, int t4) {
-    //@ TODO 4: the scales in fp32: column 8j + 2t4 (+1) of S times that key's k scale; of P times its v scale (then packed as fp16)
+    //@ TODO 4: the scales in fp32: each score times its key's k scale; each weight of P times its key's v scale (then packed as fp16)
 #pragma unroll
-    for (int j = 0; j < S_TILES; ++j) {
-      const float2 ks = *reinterpret_cast<const float2*>(k_scale + 8 * j + 2 * t4);  // keys 8j + 2t4, +1
-      s[j][0] *= ks.x, s[j][1] *= ks.y;  // row g
-      s[j][2] *= ks.x, s[j][3] *= ks.y;  // row g + 8
+    for (int kk = 0; kk < S_TILES / 2; ++kk) {
+      const float4 ks = *reinterpret_cast<const float4*>(k_scale + 16 * kk + 4 * t4);  // keys 16kk + 4t4 + 0..3
+      s[2 * kk][0] *= ks.x, s[2 * kk][1] *= ks.y;          // row g
+      s[2 * kk][2] *= ks.x, s[2 * kk][3] *= ks.y;          // row g + 8
+      s[2 * kk + 1][0] *= ks.z, s[2 * kk + 1][1] *= ks.w;
+      s[2 * kk + 1][2] *= ks.z, s[2 * kk + 1][3] *= ks.w;
     }
   }
   template <int S_TILES>
   __device__ __forceinline__ static void weights_fragment(const float (&s)[S_TILES][4], int kk, const float* v_scale,
                                                           int t4, uint32_t (&pa)[4]) {
-    const float2 lo = *reinterpret_cast<const float2*>(v_scale + 16 * kk + 2 * t4);      // keys 16kk + 2t4, +1
-    const float2 hi = *reinterpret_cast<const float2*>(v_scale + 16 * kk + 8 + 2 * t4);  // keys 16kk + 8 + 2t4, +1
-    pa[0] = pack_half2(s[2 * kk][0] * lo.x, s[2 * kk][1] * lo.y);  // row g
-    pa[1] = pack_half2(s[2 * kk][2] * lo.x, s[2 * kk][3] * lo.y);  // row g + 8
-    pa[2] = pack_half2(s[2 * kk + 1][0] * hi.x, s[2 * kk + 1][1] * hi.y);
-    pa[3] = pack_half2(s[2 * kk + 1][2] * hi.x, s[2 * kk + 1][3] * hi.y);
+    const float4 vs = *reinterpret_cast<const float4*>(v_scale + 16 * kk + 4 * t4);  // keys 16kk + 4t4 + 0..3
+    pa[0] = pack_half2(s[2 * kk][0] * vs.x, s[2 * kk][1] * vs.y);  // row g
+    pa[1] = pack_half2(s[2 * kk][2] * vs.x, s[2 * kk][3] * vs.y);  // row g + 8
+    pa[2] = pack_half2(s[2 * kk + 1][0] * vs.z, s[2 * kk + 1][1] * vs.w);
+    pa[3] = pack_half2(s[2 * kk + 1][2] * vs.z, s[2 * kk + 1][3] * vs.w);
     //@ skeleton
     //@ (void)s, (void)k_scale, (void)t4;  // placeholder: S keeps the unscaled codes' dot products
     //@ if (threadIdx.x == 0) PA_TODO(4);
