@@ -4,7 +4,7 @@
 # benchmark suite, PyTorch's reference points, and the plots; leave every log,
 # JSON and PNG file in OUTDIR.
 #
-#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--bench-filter REGEX]
+#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--bench-filter REGEX]
 #
 # GoogleTest / Google Benchmark are taken from the system, or from .deps/ (see
 # README) on machines without them.
@@ -12,12 +12,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
-skip_tests=0 skip_sanitizer=0 skip_bench=0 bench_filter=.
+skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 bench_filter=.
 while (($#)); do
   case $1 in
     --skip-tests) skip_tests=1 ;;
     --skip-sanitizer) skip_sanitizer=1 ;;
     --skip-bench) skip_bench=1 ;;
+    --skip-torch) skip_torch=1 ;;
     --bench-filter) bench_filter=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -59,11 +60,13 @@ if ((!skip_bench)); then
   build/gpu/bench/bench_attention --benchmark_filter="$bench_filter" \
     --benchmark_out="$out/bench.json" --benchmark_out_format=json > "$out/bench.txt" 2>&1 || status=1
   grep -E "read probe|floor_fraction" "$out/bench.txt" | sed -E 's/ +/ /g' | cut -c1-220
-  step torch reference points
-  PYTHONUNBUFFERED=1 python3 bench/torch_reference.py --out "$out/torch.json" > "$out/torch.log" 2>&1 || status=1
-  tail -3 "$out/torch.log"
-  step plots
-  python3 plots/plot_bench.py --bench "$out/bench.json" --torch "$out/torch.json" --out "$out" || status=1
-  python3 plots/summarize.py --bench "$out/bench.json" --torch "$out/torch.json" | tee "$out/summary.md"
+  if ((!skip_torch)); then
+    step torch reference points
+    PYTHONUNBUFFERED=1 python3 bench/torch_reference.py --out "$out/torch.json" > "$out/torch.log" 2>&1 || status=1
+    tail -3 "$out/torch.log"
+    step plots
+    python3 plots/plot_bench.py --bench "$out/bench.json" --torch "$out/torch.json" --out "$out" || status=1
+    python3 plots/summarize.py --bench "$out/bench.json" --torch "$out/torch.json" | tee "$out/summary.md"
+  fi
 fi
 exit $status
