@@ -4,7 +4,7 @@
 # benchmark suite, PyTorch's reference points, and the plots; leave every log,
 # JSON and PNG file in OUTDIR.
 #
-#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--bench-filter REGEX]
+#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--bench-filter REGEX] [--ncu REGEX]
 #
 # GoogleTest / Google Benchmark are taken from the system, or from .deps/ (see
 # README) on machines without them.
@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
-skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 bench_filter=.
+skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 bench_filter=. ncu_filter=
 while (($#)); do
   case $1 in
     --skip-tests) skip_tests=1 ;;
@@ -20,6 +20,7 @@ while (($#)); do
     --skip-bench) skip_bench=1 ;;
     --skip-torch) skip_torch=1 ;;
     --bench-filter) bench_filter=$2; shift ;;
+    --ncu) ncu_filter=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -51,6 +52,15 @@ if ((!skip_sanitizer)) && command -v compute-sanitizer >/dev/null; then
   tail -3 "$out/sanitizer.log"
 fi
 
+if [[ -n $ncu_filter ]] && command -v ncu >/dev/null; then
+  # Nsight Compute on the first attention-kernel launch of each matching benchmark.
+  step ncu "$ncu_filter"
+  ncu -k regex:gqa_packing_kernel -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
+    --section InstructionStats --section SourceCounters \
+    build/gpu/bench/bench_attention --benchmark_filter="$ncu_filter" --benchmark_min_time=0.001s > "$out/ncu.txt" 2>&1 || status=1
+  grep -vE "^\s*$|^==PROF==" "$out/ncu.txt" | head -150
+fi
 step backends
 build/gpu/bench/backends --out "$out/backends.jsonl" 2> "$out/backends.log" || status=1
 cat "$out/backends.jsonl"

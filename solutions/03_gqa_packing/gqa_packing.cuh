@@ -512,9 +512,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     if constexpr (QUANTIZED) {
       // Lane (g, t4) reads column g's key row, 16 codes per chunk t4 + 4c: one
       // word per k-step, turned into the B fragment by the Kv policy.
+      // The odd k-steps accumulate apart (s_odd) so that each MMA waits on one
+      // half as many before it: a decode warp has only 2 column tiles to interleave.
       const uint8_t* k_codes = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (k_code_offset)
+      float s_odd[S_TILES][4];
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) {
+        s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
         const int key = key0 + column_key<true>(j, g);
 #pragma unroll
         for (int c = 0; c < HEAD_DIM / 64; ++c) {
@@ -525,9 +529,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
           for (int w = 0; w < 4; ++w) {
             uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? 4 * c + w : 0];
             if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, 4 * c + w);
-            mma_m16n8k16_bf16(s[j], qa, kb[w], s[j]);
+            float(&acc)[4] = w % 2 == 0 ? s[j] : s_odd[j];
+            mma_m16n8k16_bf16(acc, qa, kb[w], acc);
           }
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] += s_odd[j][e];
       }
       // The MMA multiplied Q by the codes: column j of S still needs its key's k scale.
       Kv::scale_scores(s, k_scale_s + stage * TILE_K + key0, t4);
@@ -576,7 +583,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
       m_tile[0] = fmaxf(m_tile[0], fmaxf(s[j][0], s[j][1]));
       m_tile[1] = fmaxf(m_tile[1], fmaxf(s[j][2], s[j][3]));
     }
-    float m_scaled[2];
+    float m_scaled[2], alpha[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       // The 4 lanes t4 = 0..3 of a quad hold the columns of the same row.
@@ -585,13 +592,17 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
       // Empty-state rule: a row that has seen only masked keys keeps m = -inf; use
       // 0 as its reference so that exp2(-inf - ref) = 0 and never -inf - -inf.
       m_scaled[i] = m_tile[i] == -INFINITY ? 0.0f : m_tile[i] * pk.scale_log2;
-      const float alpha = exp2f(m[i] * pk.scale_log2 - m_scaled[i]);  // SoftmaxState::rescale: 0 from -inf
+      alpha[i] = exp2f(m[i] * pk.scale_log2 - m_scaled[i]);  // SoftmaxState::rescale: 0 from -inf
       m[i] = m_tile[i];
-      l[i] *= alpha;
+      l[i] *= alpha[i];
+    }
+    // Past the first tiles of a long context the row maxima rarely move, and then
+    // alpha is exactly 1 (exp2(0)): skip the 4 * O_TILES multiplies unless some row of the warp needs them.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int j = 0; j < O_TILES; ++j) {
-        o[j][2 * i] *= alpha;
-        o[j][2 * i + 1] *= alpha;
+        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1], o[j][3] *= alpha[1];
       }
     }
 #pragma unroll

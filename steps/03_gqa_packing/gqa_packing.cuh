@@ -489,9 +489,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     if constexpr (QUANTIZED) {
       // Lane (g, t4) reads column g's key row, 16 codes per chunk t4 + 4c: one
       // word per k-step, turned into the B fragment by the Kv policy.
+      // The odd k-steps accumulate apart (s_odd) so that each MMA waits on one
+      // half as many before it: a decode warp has only 2 column tiles to interleave.
       const uint8_t* k_codes = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (k_code_offset)
+      float s_odd[S_TILES][4];
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) {
+        s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
         const int key = key0 + column_key<true>(j, g);
 #pragma unroll
         for (int c = 0; c < HEAD_DIM / 64; ++c) {
@@ -502,9 +506,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
           for (int w = 0; w < 4; ++w) {
             uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? 4 * c + w : 0];
             if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, 4 * c + w);
-            mma_m16n8k16_bf16(s[j], qa, kb[w], s[j]);
+            float(&acc)[4] = w % 2 == 0 ? s[j] : s_odd[j];
+            mma_m16n8k16_bf16(acc, qa, kb[w], acc);
           }
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] += s_odd[j][e];
       }
       // The MMA multiplied Q by the codes: column j of S still needs its key's k scale.
       Kv::scale_scores(s, k_scale_s + stage * TILE_K + key0, t4);
