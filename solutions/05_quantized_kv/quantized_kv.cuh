@@ -48,26 +48,23 @@ struct QuantizedKv {
   static_assert(F == KvFormat::int8 || F == KvFormat::fp8_e4m3, "8-bit formats only");
   static constexpr KvFormat FORMAT = F;
 
-  // K: 16 codes of one key (a 16-byte chunk of its row, code 0 in the low byte)
-  // -> the B fragments of 4 k-steps: kb[w] = {values 4w, 4w + 1}, {4w + 2, 4w + 3}
-  // as bf16 pairs (the kernel orders Q's dims so that one word of codes is one
+  // K: one word of 4 codes of one key (code 0 in the low byte) -> the B
+  // fragment of one k-step: kb[0] = values 0, 1 and kb[1] = values 2, 3 as bf16
+  // pairs (the kernel orders Q's dims so that 4 consecutive codes are one
   // k-step's b0, b1).
-  __device__ __forceinline__ static void k_fragments(uint4 codes, uint32_t (&kb)[4][2]) {
-    //@ TODO 3: dequantize exactly, without scales: each word of 4 K codes -> two bf16 pairs (decode4_bf16x2); byte `byte` of two keys' V words -> one fp16 pair (decode_pair_half)
+  __device__ __forceinline__ static void k_fragment(uint32_t word, uint32_t (&kb)[2]) {
+    //@ TODO 3: dequantize exactly, without scales: a word of 4 K codes -> two bf16 pairs (decode4_bf16x2); byte `byte` of two keys' V words -> one fp16 pair (decode_pair_half)
     // common/quant.cuh's helpers use byte permutes and 16-bit math: no
     // per-element conversion instructions.
-    decode4_bf16x2<F>(codes.x, kb[0]);
-    decode4_bf16x2<F>(codes.y, kb[1]);
-    decode4_bf16x2<F>(codes.z, kb[2]);
-    decode4_bf16x2<F>(codes.w, kb[3]);
+    decode4_bf16x2<F>(word, kb);
   }
   // V: one dim (byte `byte` of two words, each 4 dims of one key) of two keys
   // -> an fp16 pair, key a in the low half: half of a B fragment of P V.
   __device__ __forceinline__ static uint32_t v_fragment(uint32_t a, uint32_t b, int byte) {
     return decode_pair_half<F>(a, b, byte);
     //@ skeleton
-    //@ (void)codes;
-    //@ kb[0][0] = kb[0][1] = kb[1][0] = kb[1][1] = kb[2][0] = kb[2][1] = kb[3][0] = kb[3][1] = 0;  // placeholder: K = 0
+    //@ (void)word;
+    //@ kb[0] = kb[1] = 0;  // placeholder: K = 0
     //@ if (threadIdx.x == 0) PA_TODO(3);
     //@ }
     //@ __device__ __forceinline__ static uint32_t v_fragment(uint32_t a, uint32_t b, int byte) {

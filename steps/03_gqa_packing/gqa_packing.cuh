@@ -51,9 +51,12 @@ constexpr float LOG2E = 1.4426950408889634f;
 // K/V tile's keys between them (WARP_K each), and their partial softmax states
 // are merged through shared memory at the end. Three shapes are instantiated per
 // head_dim: DecodeTiling, DecodeTilingFor (8-bit caches) and PrefillTiling below.
-template <int HEAD_DIM_, int ROW_WARPS_, int KV_WARPS_, int TILE_K_, int STAGES_>
+template <int HEAD_DIM_, int ROW_WARPS_, int KV_WARPS_, int TILE_K_, int STAGES_, int MIN_PROGRAMS_PER_SM_ = 1>
 struct Tiling {
   static constexpr int HEAD_DIM = HEAD_DIM_;
+  // Programs an SM must be able to hold at once (__launch_bounds__): caps the
+  // registers per thread at 65536 / (MIN_PROGRAMS_PER_SM * NUM_THREADS).
+  static constexpr int MIN_PROGRAMS_PER_SM = MIN_PROGRAMS_PER_SM_;
   static constexpr int ROW_WARPS = ROW_WARPS_;
   static constexpr int KV_WARPS = KV_WARPS_;
   static constexpr int NUM_WARPS = ROW_WARPS * KV_WARPS;
@@ -98,14 +101,15 @@ using DecodeTiling = Tiling<HEAD_DIM, 1, 1, 4096 / HEAD_DIM, 3>;
 // 8-bit caches (stage 05) turn every code into a 16-bit MMA operand in
 // registers, and in a decode tile no other warp shares that work: 8192 codes per
 // 32-key tile would keep a lone warp busy far longer than memory takes to
-// deliver them. So the 16 rows get KV_WARPS warps that split each tile's keys:
-// tiles of 8 KB of K codes (64 keys at head_dim 128) shared by 4 warps of 16
-// keys (8 warps at head_dim 64). With 3 stages that is 52-54 KB, 4 programs per
-// SM. Head_dim 256 (32 keys, 2 warps) keeps 2 stages so that 4 programs fit.
+// deliver them. So the 16 rows get 4 KV warps that split each 64-key tile, 16
+// keys each: 3 stages of 8 KB of K and V codes at head_dim 128, 54 KB in all.
+// Four such programs per SM are what 64 decodes x 8 KV heads need to run in one
+// wave, so the registers are capped at 128 per thread (MIN_PROGRAMS_PER_SM 4).
+// Head_dim 256 takes 2 warps of 16 keys and 2 stages, so that 4 programs fit.
 template <int HEAD_DIM, KvFormat F>
-using DecodeTilingFor =
-    std::conditional_t<F == KvFormat::bf16, DecodeTiling<HEAD_DIM>,
-                       Tiling<HEAD_DIM, 1, 8192 / HEAD_DIM / 16, 8192 / HEAD_DIM, (HEAD_DIM > 128 ? 2 : 3)>>;
+using DecodeTilingFor = std::conditional_t<F == KvFormat::bf16, DecodeTiling<HEAD_DIM>,
+                                           std::conditional_t<(HEAD_DIM <= 128), Tiling<HEAD_DIM, 1, 4, 64, 3, 4>,
+                                                              Tiling<HEAD_DIM, 1, 2, 32, 2, 4>>>;
 // Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
 // their registers (~220 per lane) allow one program per SM anyway, so the shared
 // memory for a third stage (128 KB in all for head_dim 128) costs nothing.
@@ -284,7 +288,7 @@ __device__ __forceinline__ int v_code_offset(int row, int chunk) {
 // Grid: (query tiles or whatever Slice maps blockIdx.x to, num_kv_heads, num_requests).
 // Dynamic shared memory: smem_bytes<T, Kv::FORMAT>().
 template <class T, class Slice = WholeContext, class Kv = Bf16Kv, class Mask = CausalMask>
-__global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionParams p, Packing pk, Slice slice) {
+__global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_packing_kernel(AttentionParams p, Packing pk, Slice slice) {
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, WARP_K = T::WARP_K, STAGES = T::STAGES;
   constexpr int CHUNKS = T::CHUNKS, KV_WARPS = T::KV_WARPS;
   constexpr int K_STEPS = HEAD_DIM / 16;  // 16-dim slices of Q*K^T
@@ -375,28 +379,35 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
         cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
       }
     } else {
-      // 16 codes per copy, to the swizzled places the fragment loads expect.
-      uint8_t* k_dst = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-      uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+      // THREADS_PER_ROW threads share a key row: one block-table lookup gives
+      // each of them its CODE_CHUNKS / THREADS_PER_ROW chunks of K and of V (16
+      // codes per copy, to the swizzled places the fragment loads expect), and
+      // the row's two scales (part 0 the k scale, part 1 the v scale). The
+      // chunks go in an order rotated by the row, so that the 8 lanes of each
+      // shared-memory write phase hit 8 different bank groups.
+      constexpr int THREADS_PER_ROW = T::NUM_THREADS / TILE_K;
+      constexpr int CHUNKS_PER_THREAD = CODE_CHUNKS / THREADS_PER_ROW;
+      static_assert(T::NUM_THREADS % TILE_K == 0 && THREADS_PER_ROW >= 2 && CODE_CHUNKS % THREADS_PER_ROW == 0,
+                    "8-bit tiles: whole rows per thread group, and one thread per scale");
+      const int j = threadIdx.x / THREADS_PER_ROW, part = threadIdx.x % THREADS_PER_ROW;
+      bool in_range;
+      size_t head_row;
+      find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
+      const uint8_t* k_src = p.kv.k_codes + head_row * HEAD_DIM;  // [HEAD_DIM] codes of key j
+      const uint8_t* v_src = p.kv.v_codes + head_row * HEAD_DIM;  // [HEAD_DIM]
+      uint8_t* k_dst = k_codes_s + stage * T::KV_ELEMS;           // [TILE_K, HEAD_DIM]
+      uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;           // [TILE_K, HEAD_DIM]
 #pragma unroll
-      for (int i = 0; i < TILE_K * CODE_CHUNKS / T::NUM_THREADS; ++i) {
-        const int c = threadIdx.x + i * T::NUM_THREADS;
-        const int j = c / CODE_CHUNKS, chunk = c % CODE_CHUNKS;
-        bool in_range;
-        size_t head_row;
-        find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
-        const size_t offset = head_row * HEAD_DIM + chunk * 16;  // bytes from the codes' base
-        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
-        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
+      for (int i = 0; i < CHUNKS_PER_THREAD; ++i) {
+        const int chunk = part * CHUNKS_PER_THREAD + (i + j) % CHUNKS_PER_THREAD;
+        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), k_src + chunk * 16, in_range);
+        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), v_src + chunk * 16, in_range);
       }
-      // One scale per key. A key out of range gets scale 0 AND code 0 (both
-      // zero-filled): its slot may hold NaN scales, and P = 0 times a NaN is NaN.
-      for (int j = threadIdx.x; j < TILE_K; j += T::NUM_THREADS) {
-        bool in_range;
-        size_t head_row;
-        find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
-        cp_async_4(k_scale_s + stage * TILE_K + j, p.kv.k_scale + head_row, in_range);
-        cp_async_4(v_scale_s + stage * TILE_K + j, p.kv.v_scale + head_row, in_range);
+      // A key out of range gets scale 0 AND code 0 (both zero-filled): its slot
+      // may hold NaN scales, and P = 0 times a NaN is NaN.
+      if (part < 2) {
+        const float* scale = part == 0 ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
+        cp_async_4((part == 0 ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + head_row, in_range);
       }
     }
   };
@@ -414,8 +425,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
 
   // This warp's 16 rows of Q as MMA A fragments, kept in registers for the whole
   // key loop when they fit: with head_dim 256 the output alone takes 128
-  // registers per lane, so Q is re-read from shared memory at every tile instead.
-  constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
+  // registers per lane, and the 8-bit decode tile's registers are capped at 128
+  // (MIN_PROGRAMS_PER_SM), so there Q is re-read from shared memory at every tile.
+  constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128 && T::MIN_PROGRAMS_PER_SM == 1;
   auto load_q_fragment = [&](uint32_t(&a)[4], int ks) {
     if constexpr (QUANTIZED) {
       // Dims qk_dim(ks, t4) + 0..3 of rows g and g + 8: a0, a2 and a1, a3 (see above).
@@ -489,27 +501,38 @@ __global__ void __launch_bounds__(T::NUM_THREADS) gqa_packing_kernel(AttentionPa
     if constexpr (QUANTIZED) {
       // Lane (g, t4) reads column g's key row, 16 codes per chunk t4 + 4c: one
       // word per k-step, turned into the B fragment by the Kv policy.
-      // The odd k-steps accumulate apart (s_odd) so that each MMA waits on one
-      // half as many before it: a decode warp has only 2 column tiles to interleave.
+      // Lane (g, t4) reads column g's key row for each 8-key tile j, 16 codes per
+      // chunk t4 + 4c: word w of a chunk is k-step 4c + w's B fragment, turned
+      // into bf16 pairs by the Kv policy. The odd k-steps accumulate apart
+      // (s_odd) so that each MMA waits on half as many before it: a decode warp
+      // has only 2 column tiles to interleave.
       const uint8_t* k_codes = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (k_code_offset)
       float s_odd[S_TILES][4];
 #pragma unroll
-      for (int j = 0; j < S_TILES; ++j) {
-        s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
-        const int key = key0 + column_key<true>(j, g);
+      for (int j = 0; j < S_TILES; ++j) s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < HEAD_DIM / 64; ++c) {
-          const uint4 codes = *reinterpret_cast<const uint4*>(k_codes + k_code_offset<HEAD_DIM>(key, t4 + 4 * c));
-          uint32_t kb[4][2];  // [k-step 4c + w][b0, b1]
-          Kv::k_fragments(codes, kb);
+      for (int c = 0; c < HEAD_DIM / 64; ++c) {
+        uint4 codes[S_TILES];  // [8-key tile j]: 16 codes of column g's key
 #pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? 4 * c + w : 0];
-            if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, 4 * c + w);
+        for (int j = 0; j < S_TILES; ++j) {
+          codes[j] = *reinterpret_cast<const uint4*>(k_codes + k_code_offset<HEAD_DIM>(key0 + column_key<true>(j, g), t4 + 4 * c));
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? 4 * c + w : 0];
+          if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, 4 * c + w);
+#pragma unroll
+          for (int j = 0; j < S_TILES; ++j) {
+            const uint32_t word = w == 0 ? codes[j].x : w == 1 ? codes[j].y : w == 2 ? codes[j].z : codes[j].w;
+            uint32_t kb[2];
+            Kv::k_fragment(word, kb);
             float(&acc)[4] = w % 2 == 0 ? s[j] : s_odd[j];
-            mma_m16n8k16_bf16(acc, qa, kb[w], acc);
+            mma_m16n8k16_bf16(acc, qa, kb, acc);
           }
         }
+      }
+#pragma unroll
+      for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] += s_odd[j][e];
       }
