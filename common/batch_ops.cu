@@ -103,13 +103,13 @@ __global__ void fill_random_kernel(bf16* __restrict__ data, size_t n, uint64_t s
 
 // One thread per 4 codes (one 32-bit word).
 template <KvFormat F>
-__global__ void decode_codes_kernel(const uint32_t* __restrict__ words, int num_words, uint32_t* __restrict__ bf16_pairs,
+__global__ void decode_codes_kernel(const uint32_t* __restrict__ words, int num_words, uint32_t* __restrict__ k_pairs,
                                     uint16_t* __restrict__ halves) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= num_words) return;
   uint32_t pair[2];
-  decode4_bf16x2<F>(words[i], pair);
-  bf16_pairs[2 * i] = pair[0], bf16_pairs[2 * i + 1] = pair[1];
+  decode4_half2<F>(words[i], pair);
+  k_pairs[2 * i] = pair[0], k_pairs[2 * i + 1] = pair[1];
   // fp16: word i paired with a neighbour, once as the low and once as the high half.
   const uint32_t other = words[i ^ 1];
 #pragma unroll
@@ -154,7 +154,7 @@ void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new,
   }
 }
 
-void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* bf16_bits, uint16_t* half_bits,
+void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* k_bits, uint16_t* v_bits,
                   cudaStream_t stream) {
   PA_REQUIRE(is_quantized(f), "decode_codes: the cache format is bf16, which has no codes");
   PA_REQUIRE(n >= 0 && n % 8 == 0, "decode_codes: n must be a multiple of 8 (words are paired)");
@@ -163,11 +163,11 @@ void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* bf16_bits, 
   const dim3 grid((words + 127) / 128), block(128);
   // Little-endian: 4 consecutive codes are one word (code 0 low), 2 consecutive 16-bit values one pair.
   const auto* w = reinterpret_cast<const uint32_t*>(codes);
-  auto* b = reinterpret_cast<uint32_t*>(bf16_bits);
+  auto* k = reinterpret_cast<uint32_t*>(k_bits);
   if (f == KvFormat::int8) {
-    launch(decode_codes_kernel<KvFormat::int8>, grid, block, 0, stream, w, words, b, half_bits);
+    launch(decode_codes_kernel<KvFormat::int8>, grid, block, 0, stream, w, words, k, v_bits);
   } else {
-    launch(decode_codes_kernel<KvFormat::fp8_e4m3>, grid, block, 0, stream, w, words, b, half_bits);
+    launch(decode_codes_kernel<KvFormat::fp8_e4m3>, grid, block, 0, stream, w, words, k, v_bits);
   }
 }
 

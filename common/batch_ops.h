@@ -25,12 +25,12 @@ void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new,
                         int num_tokens, cudaStream_t stream = nullptr);
 
 // The attention kernels' code -> MMA operand conversions (common/quant.cuh's
-// decode4_bf16x2 for K, decode_pair_half for V) over codes[0, n), n a multiple
-// of 8, as a kernel: bf16_bits[i] = code i's value as bf16 bits; half_bits[i]
-// and half_bits[n + i] = its fp16 bits, from the low and from the high half of
-// a pair (half_bits holds 2n values). For tests: on a GPU build it runs the
-// device path those kernels use.
-void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* bf16_bits, uint16_t* half_bits,
+// decode4_half2 for K, decode_pair_half for V) over codes[0, n), n a multiple
+// of 8, as a kernel: k_bits[i] = code i's value as fp16 bits through the K path;
+// v_bits[i] and v_bits[n + i] = the same through the V path, from the low and
+// from the high half of a pair (v_bits holds 2n values). For tests: on a GPU
+// build it runs the device path those kernels use.
+void decode_codes(KvFormat f, const uint8_t* codes, int n, uint16_t* k_bits, uint16_t* v_bits,
                   cudaStream_t stream = nullptr);
 
 // Rows [batch.first_padding_row, batch.num_tokens) belong to no request: out := 0,

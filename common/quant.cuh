@@ -86,55 +86,49 @@ struct KvCodec<KvFormat::fp8_e4m3> {
 
 // ---- Codes -> 16-bit MMA operands (the attention kernels' inner loop).
 //
-// K: four codes (one 32-bit word, code 0 in the low byte) -> their four
-// values, exactly, as two packed pairs: out[0] = values 0, 1 and out[1] =
-// values 2, 3, the lower index in the low half, in bf16 (the MMA against bf16
-// Q). V: decode_pair_half below, in fp16. No scale: the kernels apply it in fp32. Every int8 code and
-// every e4m3 value is exact in both formats (|int8| <= 128; e4m3 has 4
-// significant bits and exponents -9..8), so any exact method gives the same bits.
+// Both MMAs of the kernels take fp16 operands from 8-bit caches (the kernels
+// scale Q into fp16's range by a power of two, exactly). No scale here: the
+// kernels apply it in fp32. Every int8 code and every e4m3 value is exact in
+// fp16 (integers below 2048; e4m3 has 4 significant bits and exponents -9..8),
+// so any exact method gives the same bits.
+//  - K: decode4_half2, four codes (one 32-bit word, code 0 in the low byte) ->
+//    out[0] = values 0, 1 and out[1] = values 2, 3, the lower index in the low half.
+//  - V: decode_pair_half below, the same byte of two words -> one pair.
 //
 // Why bit tricks: every code of every tile a decode step reads becomes an MMA
 // operand, and on the GPU the general conversion instructions (int -> float,
-// float -> bf16/fp16 pack) issue at a quarter of the ALU rate or less, enough
-// to make them, not memory, bound the kernel. The device paths below use byte permutes, logic ops and one
-// 16-bit subtract per pair (or the hardware's paired e4m3 conversion); the host
-// path is the plain per-element rule. tests/test_quant.cpp checks both against
-// KvCodec::decode for all 256 codes.
-__host__ __device__ __forceinline__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16(f)); }
+// float -> fp16 pack) issue at a quarter of the ALU rate or less, enough to make
+// them, not memory, bound the kernel. The device paths below use byte permutes,
+// logic ops and one 16-bit subtract per pair (or the hardware's paired e4m3 ->
+// fp16 conversion); the host path is the plain per-element rule.
+// tests/test_quant.cpp checks both against KvCodec::decode for all 256 codes.
 __host__ __device__ __forceinline__ uint16_t half_bits(float f) { return __half_as_ushort(__float2half(f)); }
 
 template <KvFormat F>
-__host__ __device__ __forceinline__ void decode4_bf16x2(uint32_t w, uint32_t (&out)[2]) {
+__host__ __device__ __forceinline__ void decode4_half2(uint32_t w, uint32_t (&out)[2]) {
 #if defined(__CUDA_ARCH__)
   if constexpr (F == KvFormat::int8) {
-    // bf16 0x43XX with XX = the code's low 7 bits is 128 + XX (exponent 2^7,
-    // the 7 mantissa bits count ones). The sign bit s (bit 7) of the code
-    // weighs -128, so: code = (128 + low7) - (128 + 128 s), and 128 + 128 s is
-    // bf16 0x4300 | (s << 7) -- the same word with the other bits kept. Both
-    // operands lie in [128, 256], so the subtraction is exact (Sterbenz).
+    // Bias the codes to u = code + 128 in 0..255 (flip each byte's sign bit);
+    // fp16 0x64uu is 1024 + u (exponent 2^10, the mantissa counts ones), so
+    // subtracting 1152 = 0x6480 leaves the code, exactly (integers < 2048).
+    const uint32_t u = w ^ 0x80808080u;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // bytes: code 2h, 0x43, code 2h + 1, 0x43 (__byte_perm: selector 4 = byte 0 of 0x43)
-      const uint32_t x = __byte_perm(w, 0x43u, h == 0 ? 0x4140 : 0x4342);
-      const uint32_t minuend = x & 0xFF7FFF7Fu, subtrahend = x & 0xFF80FF80u;
-      // minuend - subtrahend as fma(subtrahend, -1, minuend): one rounding of an exact result.
-      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(out[h]) : "r"(subtrahend), "r"(0xBF80BF80u), "r"(minuend));
+      const uint32_t x = __byte_perm(u, 0x64u, h == 0 ? 0x4140 : 0x4342);  // u[2h], 0x64, u[2h+1], 0x64
+      asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out[h]) : "r"(x), "r"(0x64806480u));
     }
   } else {
-    // e4m3x2 -> f16x2 (one hardware conversion per pair), f16 -> f32 on the
-    // fp16 pipe, then the two fp32 values' upper halves ARE their bf16 bits:
-    // truncation is exact for values with <= 8 significant bits (NaN stays NaN).
+    // One hardware conversion per pair, straight into the fp16 operand.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), __NV_E4M3)));
-      out[h] = __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
+      const __half2_raw v = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), __NV_E4M3);
+      out[h] = static_cast<uint32_t>(v.x) | (static_cast<uint32_t>(v.y) << 16);
     }
   }
 #else
   for (int h = 0; h < 2; ++h) {
-    const uint32_t lo = bf16_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))));
-    const uint32_t hi = bf16_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))));
+    const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))));
+    const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))));
     out[h] = lo | (hi << 16);
   }
 #endif
@@ -156,8 +150,11 @@ __host__ __device__ __forceinline__ uint32_t decode_pair_half(uint32_t a, uint32
     // leaves the code, exactly (integers below 2048). The mask and the flip are
     // one logic instruction.
     const uint32_t t = __byte_perm(a, b, byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12));
-    const uint32_t x = (t & 0x00FF00FFu) ^ 0x64806480u;
-    uint32_t out;
+    uint32_t x, out;
+    // x = (t & 0x00FF00FF) ^ 0x64806480 as ONE logic instruction (lop3 table 0x6A =
+    // (a & b) ^ c); written as C++ the compiler splits it in two to keep both
+    // constants immediate.
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x) : "r"(t), "n"(0x00FF00FF), "r"(0x64806480u));
     asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(x), "r"(0x64806480u));
     return out;
   } else {

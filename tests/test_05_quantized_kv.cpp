@@ -217,6 +217,30 @@ TEST(Stage05WritePath, Fp8_D256) {
   expect_write_matches_host(qconfig(KvFormat::fp8_e4m3, 8, 2, 256, 8), {{7, 7}, {1, 30}}, BuildOptions{.seed = 6});
 }
 
+// Q K^T over 8-bit caches runs in fp16 with Q scaled by a power of two per
+// row warp: queries far above fp16's range (|q| ~ 2^20) and far below its
+// normal range (~2^-30) must give the same attention as any other. The keys
+// are scaled the other way (their scales; the fresh tokens' values), so the
+// scores, and the softmax, stay those of the unscaled batch.
+TEST(Stage05, QueriesOutsideFp16Range) {
+  for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+    for (float q_factor : {0x1p20f, 0x1p-30f}) {
+      const AttentionConfig cfg = qconfig(f, 8, 2, 128, 16);
+      Problem p = make_problem(cfg, {{1, 70}, {3, 40}});
+      // Powers of two: every product below is exact, and the fresh keys quantize to the same codes.
+      for (bf16& x : p.q) x = __float2bfloat16(__bfloat162float(x) * q_factor);
+      for (bf16& x : p.k_new) x = __float2bfloat16(__bfloat162float(x) / q_factor);
+      for (float& x : p.k_scale) x /= q_factor;
+      DeviceBatch db(p);
+      stage05::forward(db.params());
+      const CheckResult r = check_rows(db.out_host(), reference_attention(p).out, p.meta, cfg.num_q_heads,
+                                       cfg.head_dim, Precision::bf16, "out");
+      EXPECT_TRUE(r.ok) << name(f) << ", q x " << q_factor << "\n" << r.report;
+      EXPECT_GT(r.num_checked, 0u);
+    }
+  }
+}
+
 // All-zero rows (scale 0, codes 0) and an outlier channel (the other channels'
 // codes collapse) through the write path and the kernel.
 TEST(Stage05WritePath, ZeroRowsAndOutlierChannel) {

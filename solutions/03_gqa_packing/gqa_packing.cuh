@@ -403,11 +403,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       }
     } else {
       // THREADS_PER_ROW threads share a key row: one block-table lookup gives
-      // each of them its CODE_CHUNKS / THREADS_PER_ROW chunks of K and of V (16
+      // each of them CODE_CHUNKS / THREADS_PER_ROW chunks of K and of V (16
       // codes per copy, to the swizzled places the fragment loads expect), and
-      // the row's two scales (part 0 the k scale, part 1 the v scale). The
-      // chunks go in an order rotated by the row, so that the 8 lanes of each
-      // shared-memory write phase hit 8 different bank groups.
+      // the row's two scales (part 0 the k scale, part 1 the v scale). In each
+      // copy the row's threads take adjacent chunks (whole 32-byte sectors of
+      // global memory), and which chunks is rotated by the row so that the 8
+      // lanes of a shared-memory write phase hit 8 different bank groups.
       constexpr int THREADS_PER_ROW = T::NUM_THREADS / TILE_K;
       constexpr int CHUNKS_PER_THREAD = CODE_CHUNKS / THREADS_PER_ROW;
       static_assert(T::NUM_THREADS % TILE_K == 0 && THREADS_PER_ROW >= 2 && CODE_CHUNKS % THREADS_PER_ROW == 0,
@@ -422,9 +423,11 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;           // [TILE_K, HEAD_DIM]
 #pragma unroll
       for (int i = 0; i < CHUNKS_PER_THREAD; ++i) {
-        const int chunk = part * CHUNKS_PER_THREAD + (i + j) % CHUNKS_PER_THREAD;
-        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), k_src + chunk * 16, in_range);
-        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), v_src + chunk * 16, in_range);
+        // (K rows alternate their swizzle by parity, V rows change it every 4 rows: different rotations.)
+        const int k_chunk = THREADS_PER_ROW * ((i + ((j >> 1) & 1)) % CHUNKS_PER_THREAD) + part;
+        const int v_chunk = THREADS_PER_ROW * ((i + j) % CHUNKS_PER_THREAD) + part;
+        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, k_chunk), k_src + k_chunk * 16, in_range);
+        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, v_chunk), v_src + v_chunk * 16, in_range);
       }
       // A key out of range gets scale 0 AND code 0 (both zero-filled): its slot
       // may hold NaN scales, and P = 0 times a NaN is NaN.
@@ -464,11 +467,83 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       ldmatrix_x4(a, q_s + swizzle<HEAD_DIM>(row, 2 * ks + (lane >> 4)));
     }
   };
+  // 8-bit caches: Q K^T runs in fp16 (the codes become fp16 operands more
+  // cheaply than bf16 ones: common/quant.cuh), so Q is scaled into fp16's range
+  // by 2^-q_exp, exactly: q_exp puts the row warp's largest |q| in [2^14, 2^15),
+  // and every bf16 value from 2^-28 of that largest one up stays exact. The
+  // scores are scaled back by score_factor = 2^q_exp with the keys' scales.
+  [[maybe_unused]] float q_mul = 1.0f, score_factor = 1.0f;
+  if constexpr (QUANTIZED) {
+    float amax = 0.0f;
+    for (int c = lane; c < 16 * CHUNKS; c += 32) {
+      const uint4 x = *reinterpret_cast<const uint4*>(q_s + swizzle<HEAD_DIM>(row_warp * 16 + c / CHUNKS, c % CHUNKS));
+      __nv_bfloat162 v[4];
+      memcpy(v, &x, sizeof(v));  // (a pointer cast would break C++'s aliasing rules, and g++ -O2 acts on it)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(v[i]);
+        amax = nan_max(amax, nan_max(fabsf(f.x), fabsf(f.y)));
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    // 0 (no real row), NaN and inf keep q_exp 0: a NaN or inf query stays one in fp16.
+    const int q_exp = amax > 0.0f && amax <= 3.4e38f ? ilogbf(amax) - 14 : 0;
+    q_mul = ldexpf(1.0f, -q_exp);
+    score_factor = ldexpf(1.0f, q_exp);
+  }
+  // A bf16 A fragment -> the fp16 one of Q * 2^-q_exp (8-bit caches).
+  [[maybe_unused]] auto to_half = [&](uint32_t(&a)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 v;
+      memcpy(&v, &a[i], sizeof(v));
+      const float2 f = __bfloat1622float2(v);
+      const __half2 h = __floats2half2_rn(f.x * q_mul, f.y * q_mul);
+      memcpy(&a[i], &h, sizeof(h));
+    }
+  };
   uint32_t q_frag[Q_IN_REGISTERS ? K_STEPS : 1][4];  // [16-dim slice][a0..a3]
   if constexpr (Q_IN_REGISTERS) {
 #pragma unroll
-    for (int ks = 0; ks < K_STEPS; ++ks) load_q_fragment(q_frag[ks], ks);
+    for (int ks = 0; ks < K_STEPS; ++ks) {
+      load_q_fragment(q_frag[ks], ks);
+      if constexpr (QUANTIZED) to_half(q_frag[ks]);
+    }
+  } else if constexpr (QUANTIZED) {
+    // 8-bit caches re-read Q at every tile, and a fragment gathered from the
+    // dim-ordered tile lands in registers in the wrong order (moves before each
+    // MMA). So rewrite Q once, in place, as fp16 fragments in fragment order:
+    // [row warp][k-step][lane][a0..a3], one 16-byte load per k-step. The KV
+    // warps of a row warp share the k-steps.
+    constexpr int PER_WARP = K_STEPS / KV_WARPS;
+    static_assert(K_STEPS % KV_WARPS == 0, "the k-steps split evenly over the KV warps");
+    uint32_t a[PER_WARP][4];
+#pragma unroll
+    for (int i = 0; i < PER_WARP; ++i) {
+      load_q_fragment(a[i], kv_warp + KV_WARPS * i);
+      to_half(a[i]);
+    }
+    __syncthreads();  // every warp has read the dim-ordered tile
+#pragma unroll
+    for (int i = 0; i < PER_WARP; ++i) {
+      const int ks = kv_warp + KV_WARPS * i;
+      *reinterpret_cast<uint4*>(q_s + ((row_warp * K_STEPS + ks) * 32 + lane) * 8) = make_uint4(a[i][0], a[i][1], a[i][2], a[i][3]);
+    }
+    // The barrier at the top of the key loop publishes it.
   }
+  // Q's A fragment of k-step ks inside the key loop.
+  auto q_fragment = [&](uint32_t(&a)[4], int ks) {
+    if constexpr (Q_IN_REGISTERS) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = q_frag[ks][i];
+    } else if constexpr (QUANTIZED) {
+      const uint4 x = *reinterpret_cast<const uint4*>(q_s + ((row_warp * K_STEPS + ks) * 32 + lane) * 8);
+      a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w;
+    } else {
+      load_q_fragment(a, ks);
+    }
+  };
 
   // Online softmax per row (common/online_softmax.cuh's math), kept in the MMA
   // fragment layout: this lane holds rows g (index 0) and g + 8 (index 1). m is in
@@ -500,6 +575,30 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     window_skip_end = Mask::row_kv_begin(p, pos0 + oldest_tok);
   }
 
+  // 8-bit caches: where this lane's code loads fall in a tile, relative to the
+  // warp's first key row. The swizzles depend only on the row modulo 16 and the
+  // warp's rows start at a multiple of 16, so these hold for every tile.
+  constexpr int V_LANE_BYTES = HEAD_DIM / 8;                         // a lane's run of one V row
+  constexpr int V_PIECE = V_LANE_BYTES < 16 ? V_LANE_BYTES : 16;     // bytes per load
+  constexpr int K_LOADS = QUANTIZED ? HEAD_DIM / 64 : 1, V_LOADS = QUANTIZED ? V_LANE_BYTES / V_PIECE : 1;
+  [[maybe_unused]] int k_lane_offset[QUANTIZED ? S_TILES : 1][K_LOADS];  // [8-key tile j][chunk t4 + 4c]
+  [[maybe_unused]] int v_lane_offset[4][V_LOADS];                         // [row 4t4 + e][piece]
+  if constexpr (QUANTIZED) {
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+      for (int c = 0; c < K_LOADS; ++c) k_lane_offset[j][c] = k_code_offset<HEAD_DIM>(column_key<true>(j, g), t4 + 4 * c);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+#pragma unroll
+      for (int piece = 0; piece < V_LOADS; ++piece) {
+        const int byte = V_LANE_BYTES * g + V_PIECE * piece;
+        v_lane_offset[e][piece] = v_code_offset<HEAD_DIM>(4 * t4 + e, byte >> 4) + (byte & 15);
+      }
+    }
+  }
+
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
     __syncthreads();              // ... everyone's have, and everyone is done with tile - 1's buffer
@@ -526,10 +625,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       // word per k-step, turned into the B fragment by the Kv policy.
       // Lane (g, t4) reads column g's key row for each 8-key tile j, 16 codes per
       // chunk t4 + 4c: word w of a chunk is k-step 4c + w's B fragment, turned
-      // into bf16 pairs by the Kv policy. The odd k-steps accumulate apart
+      // into fp16 pairs by the Kv policy. The odd k-steps accumulate apart
       // (s_odd) so that each MMA waits on half as many before it: a decode warp
       // has only 2 column tiles to interleave.
-      const uint8_t* k_codes = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (k_code_offset)
+      const uint8_t* k_codes = k_codes_s + stage * T::KV_ELEMS + key0 * HEAD_DIM;  // [WARP_K, HEAD_DIM] (k_code_offset)
       float s_odd[S_TILES][4];
 #pragma unroll
       for (int j = 0; j < S_TILES; ++j) s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
@@ -538,19 +637,19 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
         uint4 codes[S_TILES];  // [8-key tile j]: 16 codes of column g's key
 #pragma unroll
         for (int j = 0; j < S_TILES; ++j) {
-          codes[j] = *reinterpret_cast<const uint4*>(k_codes + k_code_offset<HEAD_DIM>(key0 + column_key<true>(j, g), t4 + 4 * c));
+          codes[j] = *reinterpret_cast<const uint4*>(k_codes + k_lane_offset[j][c]);  // key column_key(j, g), chunk t4 + 4c
         }
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
-          uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? 4 * c + w : 0];
-          if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, 4 * c + w);
+          uint32_t qa[4];
+          q_fragment(qa, 4 * c + w);
 #pragma unroll
           for (int j = 0; j < S_TILES; ++j) {
             const uint32_t word = w == 0 ? codes[j].x : w == 1 ? codes[j].y : w == 2 ? codes[j].z : codes[j].w;
             uint32_t kb[2];
             Kv::k_fragment(word, kb);
             float(&acc)[4] = w % 2 == 0 ? s[j] : s_odd[j];
-            mma_m16n8k16_bf16(acc, qa, kb, acc);
+            mma_m16n8k16_f16(acc, qa, kb, acc);
           }
         }
       }
@@ -559,16 +658,16 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] += s_odd[j][e];
       }
-      // The MMA multiplied Q by the codes: column j of S still needs its key's k scale.
-      Kv::scale_scores(s, k_scale_s + stage * TILE_K + key0, t4);
+      // The MMA multiplied Q * 2^-q_exp by the codes: each score still needs its key's k scale and 2^q_exp.
+      Kv::scale_scores(s, k_scale_s + stage * TILE_K + key0, score_factor, t4);
     } else {
       // B[k][n] = K[key n][dim k], so K's rows are B's columns and a plain
       // ldmatrix of 8 key rows gives the col-major B fragment.
       const bf16* k_tile = k_s + stage * T::KV_ELEMS + key0 * HEAD_DIM;  // [WARP_K, HEAD_DIM] swizzled
 #pragma unroll
       for (int ks = 0; ks < K_STEPS; ++ks) {
-        uint32_t(&qa)[4] = q_frag[Q_IN_REGISTERS ? ks : 0];
-        if constexpr (!Q_IN_REGISTERS) load_q_fragment(qa, ks);
+        uint32_t qa[4];
+        q_fragment(qa, ks);
 #pragma unroll
         for (int jp = 0; jp < S_TILES / 2; ++jp) {
           // Matrices 0..3 = (keys 0-7, dims lo), (keys 0-7, dims hi), (keys 8-15, dims lo), (keys 8-15, dims hi).
@@ -652,17 +751,15 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
         uint32_t pv[4];
         Kv::weights_fragment(s, kk, v_scale_s + stage * TILE_K + key0, t4, pv);
         // This lane's bytes of V rows key0 + 16kk + 4t4 + e (e = 0..3): dims
-        // [LANE_BYTES g, LANE_BYTES (g + 1)), read PIECE bytes per row at a time.
-        constexpr int LANE_BYTES = HEAD_DIM / 8;
-        constexpr int PIECE = LANE_BYTES < 16 ? LANE_BYTES : 16;
-        const uint8_t* v_codes = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM] (v_code_offset)
+        // [V_LANE_BYTES g, V_LANE_BYTES (g + 1)), read V_PIECE bytes per row at a time.
+        const uint8_t* v_codes = v_codes_s + stage * T::KV_ELEMS + (key0 + 16 * kk) * HEAD_DIM;  // [16, HEAD_DIM]
 #pragma unroll
-        for (int piece = 0; piece < LANE_BYTES / PIECE; ++piece) {
+        for (int piece = 0; piece < V_LOADS; ++piece) {
+          constexpr int PIECE = V_PIECE;
           uint32_t words[4][PIECE / 4];  // [key e][4 dims each]
-          const int byte = LANE_BYTES * g + PIECE * piece;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const uint8_t* src = v_codes + v_code_offset<HEAD_DIM>(key0 + 16 * kk + 4 * t4 + e, byte >> 4) + (byte & 15);
+            const uint8_t* src = v_codes + v_lane_offset[e][piece];
             if constexpr (PIECE == 16) {
               const uint4 x = *reinterpret_cast<const uint4*>(src);
               words[e][0] = x.x, words[e][1] = x.y, words[e][2] = x.z, words[e][3] = x.w;
@@ -675,7 +772,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
           for (int w = 0; w < PIECE / 4; ++w) {
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
-              // n-tile i: column g is dim LANE_BYTES g + i, byte b of word w.
+              // n-tile i: column g is dim V_LANE_BYTES g + i, byte b of word w.
               const int i = PIECE * piece + 4 * w + b;
               const uint32_t vb[2] = {Kv::v_fragment(words[0][w], words[1][w], b),
                                       Kv::v_fragment(words[2][w], words[3][w], b)};
