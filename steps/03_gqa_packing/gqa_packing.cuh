@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       const int ks = kv_warp + KV_WARPS * i;
       *reinterpret_cast<uint4*>(q_s + ((row_warp * K_STEPS + ks) * 32 + lane) * 8) = make_uint4(a[i][0], a[i][1], a[i][2], a[i][3]);
     }
-    // The barrier at the top of the key loop publishes it.
+    // A barrier before the key loop publishes it.
   }
   // Q's A fragment of k-step ks inside the key loop.
   auto q_fragment = [&](uint32_t(&a)[4], int ks) {
@@ -576,9 +576,23 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     }
   }
 
+  // With one row warp (the decode tiles) warp w's lanes copy exactly the key
+  // rows warp w computes: rows [key0, key0 + WARP_K) of every tile (an 8-bit
+  // tile's thread 32 w + lane copies row threadIdx.x / (NUM_THREADS / TILE_K) =
+  // key0 + lane / (32 / WARP_K); a bf16 decode tile is one warp). Then a warp
+  // barrier is enough inside the key loop, and the KV warps run their rings
+  // independently instead of waiting for the slowest of them at every tile.
+  constexpr bool WARP_PRIVATE_ROWS = T::ROW_WARPS == 1 && (QUANTIZED || T::NUM_WARPS == 1);
+  if constexpr (WARP_PRIVATE_ROWS && QUANTIZED && !Q_IN_REGISTERS) __syncthreads();  // publishes the Q fragments
+
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
-    __syncthreads();              // ... everyone's have, and everyone is done with tile - 1's buffer
+    // ... everyone's have, and everyone is done with tile - 1's buffer.
+    if constexpr (WARP_PRIVATE_ROWS) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
     {
       const int next = tile + STAGES - 1;  // refills the buffer tile - 1 used
       if (next < num_kv_tiles) load_kv_tile(next, next % STAGES);
