@@ -63,9 +63,14 @@ std::vector<QuantCase> stage05_cases() {
         {{n + "Milestone_Group4_D256_Block16", qconfig(f, 8, 2, 256, 16), milestone_requests()}, kAuto},
         {{n + "Milestone_Group4_D64_Block1", qconfig(f, 8, 2, 64, 1), milestone_requests()}, kAuto},
         {{n + "Milestone_Group4_D128_Block64", qconfig(f, 8, 2, 128, 64), milestone_requests()}, kAuto},
-        // Verify blocks that fill the 8-bit decode tile's 32 rows: its second warp has real rows too.
-        {{n + "VerifyBlocks_Group4_D128_TwoWarpTile", qconfig(f, 8, 2, 128, 16), {{8, 100}, {5, 37}, {1, 20}}}, kAuto},
-        {{n + "VerifyBlocks_MHA_D64_TwoWarpTile", qconfig(f, 2, 2, 64, 16), {{32, 90}, {20, 20}, {17, 50}}}, kAuto},
+        // Verify blocks that fill the 8-bit decode tile's 16 rows: its 4 KV warps
+        // each see part of every row's causal range, and their states merge.
+        {{n + "VerifyBlocks_Group4_D128_DecodeTile", qconfig(f, 8, 2, 128, 16), {{4, 100}, {3, 37}, {1, 20}}}, kAuto},
+        {{n + "VerifyBlocks_MHA_D64_DecodeTile", qconfig(f, 2, 2, 64, 16), {{16, 90}, {10, 20}, {9, 50}}}, kAuto},
+        {{n + "VerifyBlocks_Group8_D256_DecodeTile", qconfig(f, 16, 2, 256, 16), {{2, 70}, {1, 33}}}, kAuto},
+        // Longer verify blocks (32 rows) take the 128-row tile.
+        {{n + "VerifyBlocks_Group4_D128_PrefillTile", qconfig(f, 8, 2, 128, 16), {{8, 100}, {5, 37}, {1, 20}}}, kAuto},
+        {{n + "VerifyBlocks_MHA_D64_PrefillTile", qconfig(f, 2, 2, 64, 16), {{32, 90}, {20, 20}, {17, 50}}}, kAuto},
         // Decodes: the decode tile whole (1 split) and through stage 04's splits and merge.
         {{n + "Decodes_Group4_D128_Splits1", qconfig(f, 8, 2, 128, 16), ragged_decodes()}, 1},
         {{n + "Decodes_Group4_D128_Splits3", qconfig(f, 8, 2, 128, 16), ragged_decodes()}, 3},

@@ -1,6 +1,6 @@
 // Stage 03's kernel: GQA-packed attention tiles on tensor cores.
 //
-// Program (request r, query tile, KV head) owns a tile of ROWS = 16 * NUM_WARPS
+// Program (request r, query tile, KV head) owns a tile of ROWS = 16 * ROW_WARPS
 // rows, and a row is a (token, query head) pair: the tile holds BLOCK_Q tokens x
 // GROUP_PAD heads, all sharing one KV head,
 //     row m  ->  token tile_first + m / GROUP_PAD,  query head kv_head * GROUP + m % GROUP_PAD,
@@ -10,7 +10,8 @@
 // brings GROUP_PAD rows to the 16-row tensor-core MMA.
 //
 // Each warp owns 16 consecutive rows and computes S = Q K^T and O += P V with
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate). K/V tiles stream through a ring
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate); in stage 05's 8-bit decode
+// tile several KV warps share the 16 rows and split each tile's keys. K/V tiles stream through a ring
 // of STAGES shared-memory buffers filled with 16-byte cp.async copies, so the
 // loads of the next tiles are in flight while this one is computed. The rows of
 // every shared tile are XOR-swizzled so that ldmatrix reads are conflict-free.
@@ -160,7 +161,7 @@ struct KeyRange {
 
 // The cache-format policy for bf16 caches: tiles are copied as they are and fed
 // to the MMAs from the ring. Stage 05's 8-bit policy (QuantizedKv) also has
-// decode16() and apply_scales().
+// k_fragment(), v_fragment(), scale_scores() and weights_fragment().
 struct Bf16Kv {
   static constexpr KvFormat FORMAT = KvFormat::bf16;
 };
@@ -842,9 +843,9 @@ void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t
          stream, p, pk, WholeContext{});
 }
 
-// The one-warp decode tile (two warps for 8-bit caches) when every request's
-// tile fits its rows, so a decode batch has many small programs; the 128-row
-// tile for everything else.
+// The 16-row decode tile (one warp; four KV warps for 8-bit caches) when every
+// request's tile fits its rows, so a decode batch has many small programs; the
+// 128-row tile for everything else.
 template <int HEAD_DIM, class Kv = Bf16Kv, class Mask = CausalMask>
 void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
   using Decode = DecodeTilingFor<HEAD_DIM, Kv::FORMAT>;
