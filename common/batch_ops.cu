@@ -5,6 +5,7 @@
 #include "launch.cuh"
 #include "batch_ops.h"
 #include "quant.cuh"
+#include "reduce.cuh"
 
 namespace pa {
 namespace {
@@ -61,8 +62,7 @@ __global__ void write_kv_quantized_kernel(PagedKV kv, const bf16* __restrict__ k
       x[i] = d < D ? __bfloat162float(src[d]) : 0.0f;
       amax = nan_max(amax, fabsf(x[i]));
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    amax = warp_nan_max(amax);
     const float scale = row_scale<F>(amax);  // every lane holds the same amax, so the same scale
 #pragma unroll
     for (int i = 0; i < QUANT_MAX_PER_LANE; ++i) {

@@ -3,12 +3,22 @@
 #pragma once
 
 #include "cuda_compat.cuh"
+#include "quant.cuh"  // nan_max
 
 namespace pa {
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+// warp_max that propagates NaN (common/quant.cuh's nan_max; fmaxf would drop
+// it): a NaN in any lane reaches every lane. The 8-bit paths use it so that a
+// NaN row poisons its scale instead of being quietly ignored.
+__device__ __forceinline__ float warp_nan_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 

@@ -26,6 +26,7 @@
 // sliding window). Their bf16 / causal defaults compile to the stage 03 kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -36,6 +37,7 @@
 #include "common/ptx.cuh"
 #include "common/check.h"
 #include "common/quant.cuh"
+#include "common/reduce.cuh"
 #include "common/todo.cuh"
 
 namespace pa::stage03 {
@@ -76,13 +78,12 @@ struct Tiling {
   // conflicts, then m and l.
   static constexpr int O_STRIDE = HEAD_DIM + 8;
   static constexpr size_t MERGE_BYTES = sizeof(float) * NUM_WARPS * 16 * (O_STRIDE + 2);
-  static constexpr size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
   // bf16 caches: Q and the ring of K and V tiles.
   static constexpr size_t SMEM_BYTES =
-      max_size(sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS), KV_WARPS > 1 ? MERGE_BYTES : 0);
+      std::max(sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS), KV_WARPS > 1 ? MERGE_BYTES : size_t{0});
   // 8-bit caches (stage 05): Q and the ring of K and V code tiles with their per-key scales.
   static constexpr size_t SMEM_BYTES_8BIT =
-      max_size(sizeof(bf16) * Q_ELEMS + 2 * STAGES * (KV_ELEMS + sizeof(float) * TILE_K), MERGE_BYTES);
+      std::max(sizeof(bf16) * Q_ELEMS + 2 * STAGES * (KV_ELEMS + sizeof(float) * TILE_K), MERGE_BYTES);
 
   static_assert(WARP_K % 16 == 0 && WARP_K * KV_WARPS == TILE_K,
                 "a warp's keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
@@ -463,8 +464,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
         amax = nan_max(amax, nan_max(fabsf(f.x), fabsf(f.y)));
       }
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    amax = warp_nan_max(amax);
     // 0 (no real row), NaN and inf keep q_exp 0: a NaN or inf query stays one in fp16.
     const int q_exp = amax > 0.0f && amax <= 3.4e38f ? ilogbf(amax) - 14 : 0;
     q_mul = ldexpf(1.0f, -q_exp);
