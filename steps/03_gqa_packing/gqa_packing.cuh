@@ -90,7 +90,6 @@ struct Tiling {
   static_assert(HEAD_DIM % 64 == 0, "the swizzle XORs 3 bits of the chunk index: rows need >= 8 chunks");
   static_assert((TILE_K * CHUNKS) % NUM_THREADS == 0, "every thread issues the same number of copies per tile");
   static_assert(STAGES >= 2, "the ring needs one buffer being read and one being filled");
-  static_assert((TILE_K * CODE_CHUNKS) % NUM_THREADS == 0, "8-bit tiles: the same number of copies per thread");
 };
 
 // Decode-like batches (every request's tile fits 16 rows: decodes, short verify
@@ -365,7 +364,39 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     (void)table; (void)block_mask;
     if (kv_pos == kv_begin && threadIdx.x == 0) PA_TODO(3);
   };
-  auto load_kv_tile = [&](int tile, int stage) {
+
+  // With one row warp (the decode tiles) warp w's lanes copy exactly the key
+  // rows warp w computes: rows [key0, key0 + WARP_K) of every tile (a bf16
+  // decode tile is one warp). Then a warp barrier is enough inside the key loop,
+  // and the KV warps run their rings independently instead of waiting for the
+  // slowest of them at every tile.
+  constexpr bool WARP_PRIVATE_ROWS = T::ROW_WARPS == 1 && (QUANTIZED || T::NUM_WARPS == 1);
+  // 8-bit tiles are copied by COPIERS threads (a warp of a decode tile, else the
+  // whole program) that share COPY_ROWS key rows. Consecutive threads take
+  // consecutive 16-byte chunks of a row, so one copy instruction of a warp asks
+  // L2 for whole 128-byte lines (a K or V row at head_dim 128): L2 serves
+  // requests, not bytes, at a limited rate, and a warp whose lanes each ask for
+  // a 32-byte piece of a different row would make 4x as many of them.
+  constexpr int COPIERS = WARP_PRIVATE_ROWS ? 32 : T::NUM_THREADS;
+  constexpr int COPY_ROWS = WARP_PRIVATE_ROWS ? WARP_K : TILE_K;
+  constexpr int ROWS_PER_COPY = COPIERS / CODE_CHUNKS;  // rows of one copy instruction
+  constexpr int COPIES = COPY_ROWS / ROWS_PER_COPY;     // copy instructions per thread per tile (K, and V)
+  static_assert(!QUANTIZED || (COPIERS % CODE_CHUNKS == 0 && COPY_ROWS % ROWS_PER_COPY == 0 && 2 * COPY_ROWS <= COPIERS),
+                "8-bit tiles: whole rows per copy instruction, and one thread per scale");
+  const int copier = WARP_PRIVATE_ROWS ? lane : static_cast<int>(threadIdx.x);
+  const int copy_row0 = WARP_PRIVATE_ROWS ? key0 : 0;  // the copiers' first row of a tile
+  // 8-bit decode tiles read the block table one tile ahead: lane l fetches the
+  // block entry of row copy_row0 + l % COPY_ROWS of the next tile while this one
+  // is computed, and the copy instructions take their rows' entries from the
+  // owner lanes with a shuffle. A lookup at copy time would stall the warp for a
+  // full L2 round trip (under a saturated memory system, the longest stall of
+  // the loop) before its first copy could issue.
+  [[maybe_unused]] auto prefetch_entry = [&](int tile) {
+    const int kv_pos = kv_begin + tile * TILE_K + copy_row0 + copier % COPY_ROWS;
+    return kv_pos < kv_end ? table[kv_pos >> pk.block_shift] : 0;
+  };
+
+  auto load_kv_tile = [&](int tile, int stage, [[maybe_unused]] int entry) {
     if constexpr (!QUANTIZED) {
       bf16* k_dst = k_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
       bf16* v_dst = v_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
@@ -381,38 +412,48 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
         cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
       }
     } else {
-      // THREADS_PER_ROW threads share a key row: one block-table lookup gives
-      // each of them CODE_CHUNKS / THREADS_PER_ROW chunks of K and of V (16
-      // codes per copy, to the swizzled places the fragment loads expect), and
-      // the row's two scales (part 0 the k scale, part 1 the v scale). In each
-      // copy the row's threads take adjacent chunks (whole 32-byte sectors of
-      // global memory), and which chunks is rotated by the row so that the 8
-      // lanes of a shared-memory write phase hit 8 different bank groups.
-      constexpr int THREADS_PER_ROW = T::NUM_THREADS / TILE_K;
-      constexpr int CHUNKS_PER_THREAD = CODE_CHUNKS / THREADS_PER_ROW;
-      static_assert(T::NUM_THREADS % TILE_K == 0 && THREADS_PER_ROW >= 2 && CODE_CHUNKS % THREADS_PER_ROW == 0,
-                    "8-bit tiles: whole rows per thread group, and one thread per scale");
-      const int j = threadIdx.x / THREADS_PER_ROW, part = threadIdx.x % THREADS_PER_ROW;
+      uint8_t* k_dst = k_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+      uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
+      const int chunk = copier % CODE_CHUNKS;
+      const int tile_pos = kv_begin + tile * TILE_K;  // the tile's first key
+      // Decode tiles: the slot of this lane's row (prefetched entry), which the
+      // copies of that row take with a shuffle.
+      [[maybe_unused]] uint32_t own_slot = 0;
+      if constexpr (WARP_PRIVATE_ROWS) {
+        own_slot = (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
+      }
+      // Key row j of the tile: whether it is in range, and its cache head row.
+      auto row_of = [&](int j, bool& in_range, size_t& head_row) {
+        if constexpr (WARP_PRIVATE_ROWS) {
+          const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
+          in_range = tile_pos + j < kv_end;
+          head_row = static_cast<size_t>(slot) * p.kv.num_kv_heads + kv_head;
+        } else {
+          find_kv_row(tile_pos + j, in_range, head_row);
+        }
+      };
+#pragma unroll
+      for (int i = 0; i < COPIES; ++i) {
+        const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
+        bool in_range;
+        size_t head_row;
+        row_of(j, in_range, head_row);
+        const size_t offset = head_row * HEAD_DIM + chunk * 16;  // bytes from the codes' base
+        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
+        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
+      }
+      // The rows' scales, one per thread: the first COPY_ROWS copiers the k
+      // scales, the next COPY_ROWS the v scales. A key out of range gets scale 0
+      // AND code 0 (both zero-filled): its slot may hold NaN scales, and P = 0
+      // times a NaN is NaN.
+      const int j = copy_row0 + copier % COPY_ROWS;
       bool in_range;
       size_t head_row;
-      find_kv_row(kv_begin + tile * TILE_K + j, in_range, head_row);
-      const uint8_t* k_src = p.kv.k_codes + head_row * HEAD_DIM;  // [HEAD_DIM] codes of key j
-      const uint8_t* v_src = p.kv.v_codes + head_row * HEAD_DIM;  // [HEAD_DIM]
-      uint8_t* k_dst = k_codes_s + stage * T::KV_ELEMS;           // [TILE_K, HEAD_DIM]
-      uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;           // [TILE_K, HEAD_DIM]
-#pragma unroll
-      for (int i = 0; i < CHUNKS_PER_THREAD; ++i) {
-        // (K rows alternate their swizzle by parity, V rows change it every 4 rows: different rotations.)
-        const int k_chunk = THREADS_PER_ROW * ((i + ((j >> 1) & 1)) % CHUNKS_PER_THREAD) + part;
-        const int v_chunk = THREADS_PER_ROW * ((i + j) % CHUNKS_PER_THREAD) + part;
-        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, k_chunk), k_src + k_chunk * 16, in_range);
-        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, v_chunk), v_src + v_chunk * 16, in_range);
-      }
-      // A key out of range gets scale 0 AND code 0 (both zero-filled): its slot
-      // may hold NaN scales, and P = 0 times a NaN is NaN.
-      if (part < 2) {
-        const float* scale = part == 0 ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
-        cp_async_4((part == 0 ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + head_row, in_range);
+      row_of(j, in_range, head_row);
+      if (copier < 2 * COPY_ROWS) {
+        const bool is_k = copier < COPY_ROWS;
+        const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
+        cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + head_row, in_range);
       }
     }
   };
@@ -422,8 +463,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
   const int num_kv_tiles = (kv_end - kv_begin + TILE_K - 1) / TILE_K;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kv_tiles) load_kv_tile(s, s);
+    if (s < num_kv_tiles) load_kv_tile(s, s, QUANTIZED && WARP_PRIVATE_ROWS ? prefetch_entry(s) : 0);
     cp_async_commit();
+  }
+  [[maybe_unused]] int next_entry = 0;  // the block entry of this lane's row of the next tile to load
+  if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
+    if (STAGES - 1 < num_kv_tiles) next_entry = prefetch_entry(STAGES - 1);
   }
   cp_async_wait<STAGES - 1>();  // the Q group (the oldest) has landed
   __syncthreads();
@@ -577,13 +622,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     }
   }
 
-  // With one row warp (the decode tiles) warp w's lanes copy exactly the key
-  // rows warp w computes: rows [key0, key0 + WARP_K) of every tile (an 8-bit
-  // tile's thread 32 w + lane copies row threadIdx.x / (NUM_THREADS / TILE_K) =
-  // key0 + lane / (32 / WARP_K); a bf16 decode tile is one warp). Then a warp
-  // barrier is enough inside the key loop, and the KV warps run their rings
-  // independently instead of waiting for the slowest of them at every tile.
-  constexpr bool WARP_PRIVATE_ROWS = T::ROW_WARPS == 1 && (QUANTIZED || T::NUM_WARPS == 1);
   if constexpr (WARP_PRIVATE_ROWS && QUANTIZED && !Q_IN_REGISTERS) __syncthreads();  // publishes the Q fragments
 
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
@@ -596,7 +634,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     }
     {
       const int next = tile + STAGES - 1;  // refills the buffer tile - 1 used
-      if (next < num_kv_tiles) load_kv_tile(next, next % STAGES);
+      if (next < num_kv_tiles) {
+        load_kv_tile(next, next % STAGES, next_entry);
+        if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
+          if (next + 1 < num_kv_tiles) next_entry = prefetch_entry(next + 1);  // used one iteration later
+        }
+      }
       cp_async_commit();
     }
     const int stage = tile % STAGES;
