@@ -88,35 +88,43 @@ struct KvCodec<KvFormat::fp8_e4m3> {
 //
 // Both MMAs of the kernels take fp16 operands from 8-bit caches (the kernels
 // scale Q into fp16's range by a power of two, exactly). No scale here: the
-// kernels apply it in fp32. Every int8 code and every e4m3 value is exact in
-// fp16 (integers below 2048; e4m3 has 4 significant bits and exponents -9..8),
-// so any exact method gives the same bits.
+// kernels apply it in fp32. An operand is the code's value plus a constant
+// OPERAND_BIAS<F>, exactly: every int8 code + 1152 and every e4m3 value is
+// exact in fp16 (integers below 2048; e4m3 has 4 significant bits and exponents
+// -9..8), so any exact method gives the same bits.
 //  - K: decode4_half2, four codes (one 32-bit word, code 0 in the low byte) ->
-//    out[0] = values 0, 1 and out[1] = values 2, 3, the lower index in the low half.
+//    out[0] = operands 0, 1 and out[1] = operands 2, 3, the lower index in the low half.
 //  - V: decode_pair_half below, the same byte of two words -> one pair.
 //
 // Why bit tricks: every code of every tile a decode step reads becomes an MMA
 // operand, and on the GPU the general conversion instructions (int -> float,
 // float -> fp16 pack) issue at a quarter of the ALU rate or less, enough to make
-// them, not memory, bound the kernel. The device paths below use byte permutes,
-// logic ops and one 16-bit subtract per pair (or the hardware's paired e4m3 ->
-// fp16 conversion); the host path is the plain per-element rule.
-// tests/test_quant.cpp checks both against KvCodec::decode for all 256 codes.
+// them, not memory, bound the kernel. The device paths below use byte permutes
+// and logic ops (or the hardware's paired e4m3 -> fp16 conversion); the host
+// path is the plain per-element rule. tests/test_quant.cpp checks both against
+// KvCodec::decode for all 256 codes.
+//
+// Why a bias: an int8 code becomes fp16 in two logic steps as 1152 + code (the
+// sign bit flipped gives u = code + 128 in 0..255, and fp16 0x64uu is 1024 + u:
+// exponent 2^10, the mantissa counts ones). Taking the 1152 off would cost one
+// more instruction per pair, for every code of every tile. The kernels take it
+// off once instead, where it is linear: Q (1152 + k) = Q k + 1152 sum(Q) per
+// row, and P (1152 + v) = P v + 1152 sum(P), each sum one extra MMA against a
+// constant operand (see gqa_packing.cuh).
+template <KvFormat F>
+inline constexpr float OPERAND_BIAS = F == KvFormat::int8 ? 1152.0f : 0.0f;
+
 __host__ __device__ __forceinline__ uint16_t half_bits(float f) { return __half_as_ushort(__float2half(f)); }
 
 template <KvFormat F>
 __host__ __device__ __forceinline__ void decode4_half2(uint32_t w, uint32_t (&out)[2]) {
 #if defined(__CUDA_ARCH__)
   if constexpr (F == KvFormat::int8) {
-    // Bias the codes to u = code + 128 in 0..255 (flip each byte's sign bit);
-    // fp16 0x64uu is 1024 + u (exponent 2^10, the mantissa counts ones), so
-    // subtracting 1152 = 0x6480 leaves the code, exactly (integers < 2048).
+    // u = code + 128 in 0..255 (each byte's sign bit flipped) under a high byte
+    // 0x64: fp16 1024 + u = 1152 + code.
     const uint32_t u = w ^ 0x80808080u;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t x = __byte_perm(u, 0x64u, h == 0 ? 0x4140 : 0x4342);  // u[2h], 0x64, u[2h+1], 0x64
-      asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out[h]) : "r"(x), "r"(0x64806480u));
-    }
+    for (int h = 0; h < 2; ++h) out[h] = __byte_perm(u, 0x64u, h == 0 ? 0x4140 : 0x4342);  // u[2h], 0x64, u[2h+1], 0x64
   } else {
     // One hardware conversion per pair, straight into the fp16 operand.
 #pragma unroll
@@ -127,36 +135,32 @@ __host__ __device__ __forceinline__ void decode4_half2(uint32_t w, uint32_t (&ou
   }
 #else
   for (int h = 0; h < 2; ++h) {
-    const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))));
-    const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))));
+    const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))) + OPERAND_BIAS<F>);
+    const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))) + OPERAND_BIAS<F>);
     out[h] = lo | (hi << 16);
   }
 #endif
 }
 
-// Byte `byte` (0..3) of two words of codes -> their two values, exactly, as
-// one fp16 pair: a's code in the low half, b's in the high half. This is how V
-// operands are built: a and b hold 4 consecutive dims of two keys, and the MMA
-// wants the keys of one dim paired in a register (P V sums over keys). With the
-// byte index a compile-time constant (unrolled loops) each pair costs a byte
-// permute and two or one more instructions.
+// Byte `byte` (0..3) of two words of codes -> their two operands (value +
+// OPERAND_BIAS), exactly, as one fp16 pair: a's in the low half, b's in the
+// high half. This is how V operands are built: a and b hold 4 consecutive dims
+// of two keys, and the MMA wants the keys of one dim paired in a register (P V
+// sums over keys). With the byte index a compile-time constant (unrolled loops)
+// each pair costs a byte permute and one more instruction.
 template <KvFormat F>
 __host__ __device__ __forceinline__ uint32_t decode_pair_half(uint32_t a, uint32_t b, int byte) {
 #if defined(__CUDA_ARCH__)
   if constexpr (F == KvFormat::int8) {
-    // t = a.byte in byte 0, b.byte in byte 2. Flip each code's sign bit to get
-    // u = code + 128 in 0..255, under a high byte 0x64: fp16 0x64uu is 1024 + u
-    // (exponent 2^10, the mantissa counts ones), so subtracting 1152 = 0x6480
-    // leaves the code, exactly (integers below 2048). The mask and the flip are
-    // one logic instruction.
+    // t = a.byte in byte 0, b.byte in byte 2. Keep those bytes, flip their sign
+    // bits (u = code + 128) and put 0x64 above each: fp16 1024 + u = 1152 + code.
+    // The mask, the flip and the 0x64 are one logic instruction (lop3 table
+    // 0x6A = (a & b) ^ c); written as C++ the compiler splits it in two to keep
+    // both constants immediate.
     const uint32_t t = __byte_perm(a, b, byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12));
-    uint32_t x, out;
-    // x = (t & 0x00FF00FF) ^ 0x64806480 as ONE logic instruction (lop3 table 0x6A =
-    // (a & b) ^ c); written as C++ the compiler splits it in two to keep both
-    // constants immediate.
+    uint32_t x;
     asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(x) : "r"(t), "n"(0x00FF00FF), "r"(0x64806480u));
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(x), "r"(0x64806480u));
-    return out;
+    return x;
   } else {
     // The two codes side by side, then one hardware conversion of the pair.
     const uint32_t t = __byte_perm(a, b, byte | ((4 + byte) << 4));
@@ -164,8 +168,8 @@ __host__ __device__ __forceinline__ uint32_t decode_pair_half(uint32_t a, uint32
     return static_cast<uint32_t>(v.x) | (static_cast<uint32_t>(v.y) << 16);
   }
 #else
-  const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(a >> (8 * byte))));
-  const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(b >> (8 * byte))));
+  const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(a >> (8 * byte))) + OPERAND_BIAS<F>);
+  const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(b >> (8 * byte))) + OPERAND_BIAS<F>);
   return lo | (hi << 16);
 #endif
 }

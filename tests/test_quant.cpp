@@ -107,9 +107,10 @@ TEST(QuantFp8, SaturatesAndKeepsNaN) {
 // The attention kernels turn codes into fp16 MMA operands with bit tricks
 // (decode4_half2 for K, decode_pair_half for V): all 256 codes of each format,
 // in an order that puts every code at every position of a 32-bit word, must give
-// the bits of the code's exact value in fp16, through the K path and from either
-// half of a V pair (any NaN for e4m3's two NaN codes). On a GPU build this runs
-// the device path the kernels use.
+// the bits of the code's exact value plus OPERAND_BIAS (1152 for int8, 0 for
+// e4m3) in fp16, through the K path and from either half of a V pair (any NaN
+// for e4m3's two NaN codes). On a GPU build this runs the device path the
+// kernels use.
 TEST(QuantDecode, AllCodesExactInFp16) {
   for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
     std::vector<uint8_t> codes(4 * 256);
@@ -133,7 +134,8 @@ TEST(QuantDecode, AllCodesExactInFp16) {
         if (std::isnan(v)) {
           EXPECT_TRUE(std::isnan(__half2float(__ushort_as_half(got[k])))) << name(f) << " code " << int(c) << path[k];
         } else {
-          ASSERT_EQ(got[k], half_bits(v)) << name(f) << " code " << int(c) << " (" << v << ")" << path[k];
+          const float operand = v + (f == KvFormat::int8 ? OPERAND_BIAS<KvFormat::int8> : OPERAND_BIAS<KvFormat::fp8_e4m3>);
+          ASSERT_EQ(got[k], half_bits(operand)) << name(f) << " code " << int(c) << " (" << v << ")" << path[k];
         }
       }
     }

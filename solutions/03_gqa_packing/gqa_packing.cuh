@@ -164,6 +164,7 @@ struct KeyRange {
 // k_fragment(), v_fragment(), scale_scores() and weights_fragment().
 struct Bf16Kv {
   static constexpr KvFormat FORMAT = KvFormat::bf16;
+  static constexpr float OPERAND_BIAS = 0.0f;  // 8-bit policies: what their MMA operands add to each value
 };
 
 // The mask policy without a window: a query at q_pos sees keys [0, q_pos].
@@ -439,44 +440,56 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
       const int chunk = copier % CODE_CHUNKS;
       const int tile_pos = kv_begin + tile * TILE_K;  // the tile's first key
-      // Decode tiles: the slot of this lane's row (prefetched entry), which the
-      // copies of that row take with a shuffle.
-      [[maybe_unused]] uint32_t own_slot = 0;
       if constexpr (WARP_PRIVATE_ROWS) {
-        own_slot = (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
-      }
-      // Key row j of the tile: whether it is in range, and its cache head row.
-      auto row_of = [&](int j, bool& in_range, size_t& head_row) {
-        if constexpr (WARP_PRIVATE_ROWS) {
-          const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
-          in_range = tile_pos + j < kv_end;
-          head_row = static_cast<size_t>(slot) * p.kv.num_kv_heads + kv_head;
-        } else {
-          find_kv_row(tile_pos + j, in_range, head_row);
-        }
-      };
+        // The slot of this lane's row (from the prefetched entry); each copy
+        // takes its row's slot from the owner lane, and its address is one
+        // multiply-add from the thread's fixed part of it.
+        const uint32_t own_slot =
+            (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
+        const uint32_t slot_bytes = static_cast<uint32_t>(p.kv.num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
+        const size_t fixed = static_cast<size_t>(kv_head) * HEAD_DIM + chunk * 16;  // this head's row, this chunk
 #pragma unroll
-      for (int i = 0; i < COPIES; ++i) {
-        const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
-        bool in_range;
-        size_t head_row;
-        row_of(j, in_range, head_row);
-        const size_t offset = head_row * HEAD_DIM + chunk * 16;  // bytes from the codes' base
-        cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
-        cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
-      }
-      // The rows' scales, one per thread: the first COPY_ROWS copiers the k
-      // scales, the next COPY_ROWS the v scales. A key out of range gets scale 0
-      // AND code 0 (both zero-filled): its slot may hold NaN scales, and P = 0
-      // times a NaN is NaN.
-      const int j = copy_row0 + copier % COPY_ROWS;
-      bool in_range;
-      size_t head_row;
-      row_of(j, in_range, head_row);
-      if (copier < 2 * COPY_ROWS) {
-        const bool is_k = copier < COPY_ROWS;
-        const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
-        cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + head_row, in_range);
+        for (int i = 0; i < COPIES; ++i) {
+          const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
+          const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
+          const bool in_range = tile_pos + j < kv_end;
+          const size_t offset = static_cast<size_t>(slot) * slot_bytes + fixed;  // bytes from the codes' base
+          cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
+          cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
+        }
+        // The rows' scales, one per lane: lanes 0..COPY_ROWS-1 the k scales, the
+        // next COPY_ROWS the v scales, each of its own row. A key out of range
+        // gets scale 0 AND code 0 (both zero-filled): its slot may hold NaN
+        // scales, and P = 0 times a NaN is NaN.
+        const int j = copy_row0 + copier % COPY_ROWS;
+        if (copier < 2 * COPY_ROWS) {
+          const bool is_k = copier < COPY_ROWS;
+          const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
+          cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j,
+                     scale + (static_cast<size_t>(own_slot) * p.kv.num_kv_heads + kv_head), tile_pos + j < kv_end);
+        }
+      } else {
+        // The same copies with a block-table lookup per row (prefill tiles: the
+        // many row warps' MMAs hide its latency).
+#pragma unroll
+        for (int i = 0; i < COPIES; ++i) {
+          const int j = i * ROWS_PER_COPY + copier / CODE_CHUNKS;
+          bool in_range;
+          size_t head_row;
+          find_kv_row(tile_pos + j, in_range, head_row);
+          const size_t offset = head_row * HEAD_DIM + chunk * 16;  // bytes from the codes' base
+          cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
+          cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
+        }
+        if (copier < 2 * COPY_ROWS) {
+          const int j = copier % COPY_ROWS;
+          bool in_range;
+          size_t head_row;
+          find_kv_row(tile_pos + j, in_range, head_row);
+          const bool is_k = copier < COPY_ROWS;
+          const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
+          cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + head_row, in_range);
+        }
       }
     }
   };
@@ -647,6 +660,31 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
 
   if constexpr (WARP_PRIVATE_ROWS && QUANTIZED && !Q_IN_REGISTERS) __syncthreads();  // publishes the Q fragments
 
+  // Operands with a bias (int8 codes become 1152 + code: common/quant.cuh) add
+  // bias * sum_d q[row][d] to every score and bias * sum_j p[row][j] to every
+  // output dim. Both are taken off with the tensor cores, against an operand
+  // that is the bias everywhere: the first once, by starting each tile's score
+  // accumulators at -bias * sum(q) (q_bias, rows g and g + 8); the second with
+  // one more MMA per 16 keys into p_bias, rescaled with o and subtracted at the
+  // end. Every product is exact in fp32, and the subtractions cost a few bits of
+  // o's fp32 accumulators (|bias * sum(p)| <= 1152 / 127 * l * v_max), far below bf16's.
+  constexpr float OPERAND_BIAS = Kv::OPERAND_BIAS;
+  [[maybe_unused]] float q_bias[2] = {0.0f, 0.0f};
+  [[maybe_unused]] float p_bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // [c0..c3] of an MMA whose columns all hold bias * sum(p)
+  [[maybe_unused]] uint32_t bias_b[2] = {0u, 0u};  // B fragment with every element fp16(OPERAND_BIAS)
+  if constexpr (OPERAND_BIAS != 0.0f) {
+    const uint32_t h = half_bits(OPERAND_BIAS);
+    bias_b[0] = bias_b[1] = h | (h << 16);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ++ks) {
+      uint32_t qa[4];
+      q_fragment(qa, ks);
+      mma_m16n8k16_f16(acc, qa, bias_b, acc);
+    }
+    q_bias[0] = acc[0], q_bias[1] = acc[2];
+  }
+
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
     // ... everyone's have, and everyone is done with tile - 1's buffer.
@@ -677,7 +715,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     // S = Q K^T for this warp's WARP_K keys.
     float s[S_TILES][4];  // [8-key tile][c0..c3], layout as o; column c of tile j is key column_key(j, c)
 #pragma unroll
-    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    for (int j = 0; j < S_TILES; ++j) {
+      s[j][0] = s[j][1] = -q_bias[0];  // 0 unless the operands carry a bias
+      s[j][2] = s[j][3] = -q_bias[1];
+    }
     if constexpr (QUANTIZED) {
       // Lane (g, t4) reads column g's key row, 16 codes per chunk t4 + 4c: one
       // word per k-step, turned into the B fragment by the Kv policy.
@@ -784,6 +825,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
         o[j][0] *= alpha[0], o[j][1] *= alpha[0];
         o[j][2] *= alpha[1], o[j][3] *= alpha[1];
       }
+      if constexpr (OPERAND_BIAS != 0.0f) {
+        p_bias[0] *= alpha[0], p_bias[1] *= alpha[0];
+        p_bias[2] *= alpha[1], p_bias[3] *= alpha[1];
+      }
     }
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) {
@@ -808,6 +853,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
         // policy, in fp16 against fp16 codes (l above summed the plain p_j).
         uint32_t pv[4];
         Kv::weights_fragment(s, kk, v_scale_s + stage * TILE_K + key0, t4, pv);
+        if constexpr (OPERAND_BIAS != 0.0f) mma_m16n8k16_f16(p_bias, pv, bias_b, p_bias);
         // This lane's bytes of V rows key0 + 16kk + 4t4 + e (e = 0..3): dims
         // [V_LANE_BYTES g, V_LANE_BYTES (g + 1)), read V_PIECE bytes per row at a time.
         const uint8_t* v_codes = v_codes_s + stage * T::KV_ELEMS + (key0 + 16 * kk) * HEAD_DIM;  // [16, HEAD_DIM]
@@ -863,6 +909,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     }
   }
   cp_async_wait<0>();  // only empty groups are left; retire them before the block ends
+  if constexpr (OPERAND_BIAS != 0.0f) {
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] -= p_bias[e];
+    }
+  }
 
   // The row sums: add the 4 lanes of each row.
 #pragma unroll

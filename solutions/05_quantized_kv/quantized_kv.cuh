@@ -9,7 +9,8 @@
 //     O      += sum_j (p_j * v_scale[j]) codes_v[j]   (weights_fragment: P's MMA operand)
 // Every int8 code and every e4m3 value is exact in fp16 (integers below 2048;
 // 4-bit mantissas with exponents -9..8), so the kernel matches the oracle on the
-// dequantized cache as tightly as stage 03 matches a bf16 cache.
+// dequantized cache as tightly as stage 03 matches a bf16 cache. (int8 operands
+// are code + 1152, also exact; the kernel takes the 1152 off in fp32.)
 // Stage 06 includes this header for its quantized sliding windows.
 #pragma once
 
@@ -48,15 +49,19 @@ template <KvFormat F>
 struct QuantizedKv {
   static_assert(F == KvFormat::int8 || F == KvFormat::fp8_e4m3, "8-bit formats only");
   static constexpr KvFormat FORMAT = F;
+  // What every operand k_fragment and v_fragment make adds to the code's value
+  // (int8: 1152; the kernel takes its contribution off: common/quant.cuh).
+  static constexpr float OPERAND_BIAS = pa::OPERAND_BIAS<F>;
 
   // K: one word of 4 codes of one key (code 0 in the low byte) -> the B
   // fragment of one k-step: kb[0] = values 0, 1 and kb[1] = values 2, 3 as fp16
   // pairs (the kernel orders Q's dims so that 4 consecutive codes are one
   // k-step's b0, b1).
   __device__ __forceinline__ static void k_fragment(uint32_t word, uint32_t (&kb)[2]) {
-    //@ TODO 3: dequantize exactly, without scales: a word of 4 K codes -> two fp16 pairs (decode4_half2); byte `byte` of two keys' V words -> one fp16 pair (decode_pair_half)
-    // common/quant.cuh's helpers use byte permutes and 16-bit math: no
-    // per-element conversion instructions.
+    //@ TODO 3: codes -> exact fp16 operands, without scales: a word of 4 K codes -> two fp16 pairs (decode4_half2); byte `byte` of two keys' V words -> one fp16 pair (decode_pair_half)
+    // common/quant.cuh's helpers use byte permutes and logic ops: no
+    // per-element conversion instructions. (Their operands are value +
+    // OPERAND_BIAS, which the kernel accounts for.)
     decode4_half2<F>(word, kb);
   }
   // V: one dim (byte `byte` of two words, each 4 dims of one key) of two keys
