@@ -113,6 +113,12 @@ struct KvCodec<KvFormat::fp8_e4m3> {
 // constant operand (see gqa_packing.cuh).
 template <KvFormat F>
 inline constexpr float OPERAND_BIAS = F == KvFormat::int8 ? 1152.0f : 0.0f;
+// A code's operand value (e4m3's -0 stays -0: -0 + 0 would be +0).
+template <KvFormat F>
+__host__ __device__ __forceinline__ float operand_value(uint8_t code) {
+  const float v = KvCodec<F>::decode(code);
+  return OPERAND_BIAS<F> == 0.0f ? v : v + OPERAND_BIAS<F>;
+}
 
 __host__ __device__ __forceinline__ uint16_t half_bits(float f) { return __half_as_ushort(__float2half(f)); }
 
@@ -135,8 +141,8 @@ __host__ __device__ __forceinline__ void decode4_half2(uint32_t w, uint32_t (&ou
   }
 #else
   for (int h = 0; h < 2; ++h) {
-    const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h))) + OPERAND_BIAS<F>);
-    const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(w >> (16 * h + 8))) + OPERAND_BIAS<F>);
+    const uint32_t lo = half_bits(operand_value<F>(static_cast<uint8_t>(w >> (16 * h))));
+    const uint32_t hi = half_bits(operand_value<F>(static_cast<uint8_t>(w >> (16 * h + 8))));
     out[h] = lo | (hi << 16);
   }
 #endif
@@ -168,8 +174,8 @@ __host__ __device__ __forceinline__ uint32_t decode_pair_half(uint32_t a, uint32
     return static_cast<uint32_t>(v.x) | (static_cast<uint32_t>(v.y) << 16);
   }
 #else
-  const uint32_t lo = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(a >> (8 * byte))) + OPERAND_BIAS<F>);
-  const uint32_t hi = half_bits(KvCodec<F>::decode(static_cast<uint8_t>(b >> (8 * byte))) + OPERAND_BIAS<F>);
+  const uint32_t lo = half_bits(operand_value<F>(static_cast<uint8_t>(a >> (8 * byte))));
+  const uint32_t hi = half_bits(operand_value<F>(static_cast<uint8_t>(b >> (8 * byte))));
   return lo | (hi << 16);
 #endif
 }

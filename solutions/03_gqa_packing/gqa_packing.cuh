@@ -109,7 +109,7 @@ using DecodeTiling = Tiling<HEAD_DIM, 1, 1, 4096 / HEAD_DIM, 3>;
 // Head_dim 256 takes 2 warps of 16 keys and 2 stages, so that 4 programs fit.
 template <int HEAD_DIM, KvFormat F>
 using DecodeTilingFor = std::conditional_t<F == KvFormat::bf16, DecodeTiling<HEAD_DIM>,
-                                           std::conditional_t<(HEAD_DIM <= 128), Tiling<HEAD_DIM, 1, 4, 64, 3, 4>,
+                                           std::conditional_t<(HEAD_DIM <= 128), Tiling<HEAD_DIM, 1, 2, 64, 3, 1>,
                                                               Tiling<HEAD_DIM, 1, 2, 32, 2, 4>>>;
 // Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
 // their registers (~220 per lane) allow one program per SM anyway, so the shared
@@ -405,8 +405,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
   constexpr int COPY_ROWS = WARP_PRIVATE_ROWS ? WARP_K : TILE_K;
   constexpr int ROWS_PER_COPY = COPIERS / CODE_CHUNKS;  // rows of one copy instruction
   constexpr int COPIES = COPY_ROWS / ROWS_PER_COPY;     // copy instructions per thread per tile (K, and V)
-  static_assert(!QUANTIZED || (COPIERS % CODE_CHUNKS == 0 && COPY_ROWS % ROWS_PER_COPY == 0 && 2 * COPY_ROWS <= COPIERS),
-                "8-bit tiles: whole rows per copy instruction, and one thread per scale");
+  static_assert(!QUANTIZED || (COPIERS % CODE_CHUNKS == 0 && COPY_ROWS % ROWS_PER_COPY == 0 &&
+                               (2 * COPY_ROWS <= COPIERS || (WARP_PRIVATE_ROWS && COPY_ROWS == COPIERS))),
+                "8-bit tiles: whole rows per copy instruction; scales: one per thread, or one row's two per lane");
   const int copier = WARP_PRIVATE_ROWS ? lane : static_cast<int>(threadIdx.x);
   const int copy_row0 = WARP_PRIVATE_ROWS ? key0 : 0;  // the copiers' first row of a tile
   // 8-bit decode tiles read the block table one tile ahead: lane l fetches the
@@ -441,32 +442,53 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       const int chunk = copier % CODE_CHUNKS;
       const int tile_pos = kv_begin + tile * TILE_K;  // the tile's first key
       if constexpr (WARP_PRIVATE_ROWS) {
-        // The slot of this lane's row (from the prefetched entry); each copy
-        // takes its row's slot from the owner lane, and its address is one
-        // multiply-add from the thread's fixed part of it.
+        // The slot of this lane's row (from the prefetched entry).
         const uint32_t own_slot =
             (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
         const uint32_t slot_bytes = static_cast<uint32_t>(p.kv.num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
         const size_t fixed = static_cast<size_t>(kv_head) * HEAD_DIM + chunk * 16;  // this head's row, this chunk
-#pragma unroll
-        for (int i = 0; i < COPIES; ++i) {
-          const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
-          const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
-          const bool in_range = tile_pos + j < kv_end;
+        const int first = tile_pos + copy_row0;  // the warp's first key
+        if (first + COPY_ROWS <= kv_end && (first >> pk.block_shift) == ((first + COPY_ROWS - 1) >> pk.block_shift)) {
+          // The usual case: the warp's rows are all in range and in one block,
+          // whose entry every lane holds, so they are consecutive slots and the
+          // copies' sources are a fixed stride apart.
+          const uint32_t slot = (static_cast<uint32_t>(entry) << pk.block_shift) + ((first + copier / CODE_CHUNKS) & block_mask);
           const size_t offset = static_cast<size_t>(slot) * slot_bytes + fixed;  // bytes from the codes' base
-          cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
-          cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
+          const size_t stride = static_cast<size_t>(ROWS_PER_COPY) * slot_bytes;
+#pragma unroll
+          for (int i = 0; i < COPIES; ++i) {
+            const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
+            cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset + i * stride, true);
+            cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset + i * stride, true);
+          }
+        } else {
+          // Rows across a block boundary or past the end: each copy takes its
+          // row's slot from the owner lane.
+#pragma unroll
+          for (int i = 0; i < COPIES; ++i) {
+            const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
+            const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
+            const bool in_range = tile_pos + j < kv_end;
+            const size_t offset = static_cast<size_t>(slot) * slot_bytes + fixed;
+            cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
+            cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
+          }
         }
-        // The rows' scales, one per lane: lanes 0..COPY_ROWS-1 the k scales, the
-        // next COPY_ROWS the v scales, each of its own row. A key out of range
-        // gets scale 0 AND code 0 (both zero-filled): its slot may hold NaN
-        // scales, and P = 0 times a NaN is NaN.
+        // The rows' scales, each lane those of its own row: with 16 rows, lanes
+        // 0..15 the k scales and lanes 16..31 the v scales; with 32 rows, both.
+        // A key out of range gets scale 0 AND code 0 (both zero-filled): its slot
+        // may hold NaN scales, and P = 0 times a NaN is NaN.
         const int j = copy_row0 + copier % COPY_ROWS;
-        if (copier < 2 * COPY_ROWS) {
-          const bool is_k = copier < COPY_ROWS;
-          const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
-          cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j,
-                     scale + (static_cast<size_t>(own_slot) * p.kv.num_kv_heads + kv_head), tile_pos + j < kv_end);
+        const size_t scale_row = static_cast<size_t>(own_slot) * p.kv.num_kv_heads + kv_head;
+        if constexpr (2 * COPY_ROWS <= COPIERS) {
+          if (copier < 2 * COPY_ROWS) {
+            const bool is_k = copier < COPY_ROWS;
+            const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
+            cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + scale_row, tile_pos + j < kv_end);
+          }
+        } else {
+          cp_async_4(k_scale_s + stage * TILE_K + j, p.kv.k_scale + scale_row, tile_pos + j < kv_end);
+          cp_async_4(v_scale_s + stage * TILE_K + j, p.kv.v_scale + scale_row, tile_pos + j < kv_end);
         }
       } else {
         // The same copies with a block-table lookup per row (prefill tiles: the
