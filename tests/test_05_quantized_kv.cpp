@@ -63,7 +63,7 @@ std::vector<QuantCase> stage05_cases() {
         {{n + "Milestone_Group4_D256_Block16", qconfig(f, 8, 2, 256, 16), milestone_requests()}, kAuto},
         {{n + "Milestone_Group4_D64_Block1", qconfig(f, 8, 2, 64, 1), milestone_requests()}, kAuto},
         {{n + "Milestone_Group4_D128_Block64", qconfig(f, 8, 2, 128, 64), milestone_requests()}, kAuto},
-        // Verify blocks that fill the 8-bit decode tile's 16 rows: its 4 KV warps
+        // Verify blocks that fill the 8-bit decode tile's 16 rows: its KV warps
         // each see part of every row's causal range, and their states merge.
         {{n + "VerifyBlocks_Group4_D128_DecodeTile", qconfig(f, 8, 2, 128, 16), {{4, 100}, {3, 37}, {1, 20}}}, kAuto},
         {{n + "VerifyBlocks_MHA_D64_DecodeTile", qconfig(f, 2, 2, 64, 16), {{16, 90}, {10, 20}, {9, 50}}}, kAuto},

@@ -100,13 +100,15 @@ struct Tiling {
 template <int HEAD_DIM>
 using DecodeTiling = Tiling<HEAD_DIM, 1, 1, 4096 / HEAD_DIM, 3>;
 // 8-bit caches (stage 05) turn every code into a 16-bit MMA operand in
-// registers, and in a decode tile no other warp shares that work: 8192 codes per
-// 32-key tile would keep a lone warp busy far longer than memory takes to
-// deliver them. So the 16 rows get 4 KV warps that split each 64-key tile, 16
-// keys each: 3 stages of 8 KB of K and V codes at head_dim 128, 54 KB in all.
-// Four such programs per SM are what 64 decodes x 8 KV heads need to run in one
-// wave, so the registers are capped at 128 per thread (MIN_PROGRAMS_PER_SM 4).
-// Head_dim 256 takes 2 warps of 16 keys and 2 stages, so that 4 programs fit.
+// registers, and in a decode tile no other warp shares that work: a lone warp
+// converting a whole tile would take far longer than memory takes to deliver
+// it. So the 16 rows get 2 KV warps that split each 64-key tile, 32 keys each:
+// 3 stages of 8 KB of K and V codes at head_dim 128, 54 KB in all, so 4
+// programs share an SM (64 decodes x 8 KV heads run in one wave) with 255
+// registers per lane. (4 warps of 16 keys under a 128-register cap ran 1.25x
+// slower on the H200: each warp re-derived its addresses at every tile, and its
+// dependent chains were half as long to overlap.) Head_dim 256 takes 2 warps of
+// 16 keys and 2 stages, so that 4 programs fit.
 template <int HEAD_DIM, KvFormat F>
 using DecodeTilingFor = std::conditional_t<F == KvFormat::bf16, DecodeTiling<HEAD_DIM>,
                                            std::conditional_t<(HEAD_DIM <= 128), Tiling<HEAD_DIM, 1, 2, 64, 3, 1>,
@@ -410,12 +412,14 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
                 "8-bit tiles: whole rows per copy instruction; scales: one per thread, or one row's two per lane");
   const int copier = WARP_PRIVATE_ROWS ? lane : static_cast<int>(threadIdx.x);
   const int copy_row0 = WARP_PRIVATE_ROWS ? key0 : 0;  // the copiers' first row of a tile
-  // 8-bit decode tiles read the block table one tile ahead: lane l fetches the
-  // block entry of row copy_row0 + l % COPY_ROWS of the next tile while this one
-  // is computed, and the copy instructions take their rows' entries from the
-  // owner lanes with a shuffle. A lookup at copy time would stall the warp for a
-  // full L2 round trip (under a saturated memory system, the longest stall of
-  // the loop) before its first copy could issue.
+  // 8-bit decode tiles read the block table two tiles ahead: lane l fetches the
+  // block entry of row copy_row0 + l % COPY_ROWS of a tile two iterations
+  // before it is copied, and the copy instructions take their rows' slots from
+  // the owner lanes with a shuffle. A lookup at copy time stalls the warp for a
+  // memory round trip before its first copy can issue, and one tile ahead is
+  // not enough either: the first warp to touch a line of the table misses L2,
+  // and with the memory system saturated a DRAM round trip outlasts a tile
+  // (Nsight Compute: 10% of the warps' stall samples waited on that entry).
   [[maybe_unused]] auto prefetch_entry = [&](int tile) {
     const int kv_pos = kv_begin + tile * TILE_K + copy_row0 + copier % COPY_ROWS;
     return kv_pos < kv_end ? table[kv_pos >> pk.block_shift] : 0;
@@ -447,32 +451,15 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
             (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
         const uint32_t slot_bytes = static_cast<uint32_t>(p.kv.num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
         const size_t fixed = static_cast<size_t>(kv_head) * HEAD_DIM + chunk * 16;  // this head's row, this chunk
-        const int first = tile_pos + copy_row0;  // the warp's first key
-        if (first + COPY_ROWS <= kv_end && (first >> pk.block_shift) == ((first + COPY_ROWS - 1) >> pk.block_shift)) {
-          // The usual case: the warp's rows are all in range and in one block,
-          // whose entry every lane holds, so they are consecutive slots and the
-          // copies' sources are a fixed stride apart.
-          const uint32_t slot = (static_cast<uint32_t>(entry) << pk.block_shift) + ((first + copier / CODE_CHUNKS) & block_mask);
+        // Each copy takes its row's slot from the owner lane.
+#pragma unroll
+        for (int i = 0; i < COPIES; ++i) {
+          const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
+          const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
+          const bool in_range = tile_pos + j < kv_end;
           const size_t offset = static_cast<size_t>(slot) * slot_bytes + fixed;  // bytes from the codes' base
-          const size_t stride = static_cast<size_t>(ROWS_PER_COPY) * slot_bytes;
-#pragma unroll
-          for (int i = 0; i < COPIES; ++i) {
-            const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
-            cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset + i * stride, true);
-            cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset + i * stride, true);
-          }
-        } else {
-          // Rows across a block boundary or past the end: each copy takes its
-          // row's slot from the owner lane.
-#pragma unroll
-          for (int i = 0; i < COPIES; ++i) {
-            const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
-            const uint32_t slot = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
-            const bool in_range = tile_pos + j < kv_end;
-            const size_t offset = static_cast<size_t>(slot) * slot_bytes + fixed;
-            cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
-            cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
-          }
+          cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
+          cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
         }
         // The rows' scales, each lane those of its own row: with 16 rows, lanes
         // 0..15 the k scales and lanes 16..31 the v scales; with 32 rows, both.
@@ -524,17 +511,19 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     if (s < num_kv_tiles) load_kv_tile(s, s, QUANTIZED && WARP_PRIVATE_ROWS ? prefetch_entry(s) : 0);
     cp_async_commit();
   }
-  [[maybe_unused]] int next_entry = 0;  // the block entry of this lane's row of the next tile to load
+  // The block entries of this lane's row of the next two tiles to load.
+  [[maybe_unused]] int next_entry = 0, later_entry = 0;
   if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
     if (STAGES - 1 < num_kv_tiles) next_entry = prefetch_entry(STAGES - 1);
+    if (STAGES < num_kv_tiles) later_entry = prefetch_entry(STAGES);
   }
   cp_async_wait<STAGES - 1>();  // the Q group (the oldest) has landed
   __syncthreads();
 
   // This warp's 16 rows of Q as MMA A fragments, kept in registers for the whole
   // key loop when they fit: with head_dim 256 the output alone takes 128
-  // registers per lane, and the 8-bit decode tile's registers are capped at 128
-  // (MIN_PROGRAMS_PER_SM), so there Q is re-read from shared memory at every tile.
+  // registers per lane, so there (and in any tile whose registers are capped to
+  // fit several programs per SM) Q is re-read from shared memory at every tile.
   constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128 && T::MIN_PROGRAMS_PER_SM == 1;
   auto load_q_fragment = [&](uint32_t(&a)[4], int ks) {
     if constexpr (QUANTIZED) {
@@ -720,7 +709,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       if (next < num_kv_tiles) {
         load_kv_tile(next, next % STAGES, next_entry);
         if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
-          if (next + 1 < num_kv_tiles) next_entry = prefetch_entry(next + 1);  // used one iteration later
+          next_entry = later_entry;
+          if (next + 2 < num_kv_tiles) later_entry = prefetch_entry(next + 2);  // used two iterations later
         }
       }
       cp_async_commit();
@@ -1031,7 +1021,7 @@ void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t
          stream, p, pk, WholeContext{});
 }
 
-// The 16-row decode tile (one warp; four KV warps for 8-bit caches) when every
+// The 16-row decode tile (one warp; two KV warps for 8-bit caches) when every
 // request's tile fits its rows, so a decode batch has many small programs; the
 // 128-row tile for everything else.
 template <int HEAD_DIM, class Kv = Bf16Kv, class Mask = CausalMask>
