@@ -412,14 +412,16 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
                 "8-bit tiles: whole rows per copy instruction; scales: one per thread, or one row's two per lane");
   const int copier = WARP_PRIVATE_ROWS ? lane : static_cast<int>(threadIdx.x);
   const int copy_row0 = WARP_PRIVATE_ROWS ? key0 : 0;  // the copiers' first row of a tile
-  // 8-bit decode tiles read the block table two tiles ahead: lane l fetches the
-  // block entry of row copy_row0 + l % COPY_ROWS of a tile two iterations
-  // before it is copied, and the copy instructions take their rows' slots from
-  // the owner lanes with a shuffle. A lookup at copy time stalls the warp for a
-  // memory round trip before its first copy can issue, and one tile ahead is
-  // not enough either: the first warp to touch a line of the table misses L2,
-  // and with the memory system saturated a DRAM round trip outlasts a tile
-  // (Nsight Compute: 10% of the warps' stall samples waited on that entry).
+  // 8-bit decode tiles read the block table ahead: lane l fetches the block
+  // entry of row copy_row0 + l % COPY_ROWS of the next tile while this one is
+  // computed, and the copy instructions take their rows' slots from the owner
+  // lanes with a shuffle (a lookup at copy time would stall the warp for a
+  // memory round trip before its first copy could issue). One tile ahead is
+  // not enough when the entry's line of the table is not in L2 yet: with the
+  // memory system saturated a DRAM round trip outlasts a tile (Nsight Compute:
+  // 10% of the warps' stall samples waited on that entry). So the line is also
+  // prefetched into L2 four tiles ahead. (Two entries in flight per lane would
+  // cost a register move at every tile, and the move waits for the load.)
   [[maybe_unused]] auto prefetch_entry = [&](int tile) {
     const int kv_pos = kv_begin + tile * TILE_K + copy_row0 + copier % COPY_ROWS;
     return kv_pos < kv_end ? table[kv_pos >> pk.block_shift] : 0;
@@ -511,11 +513,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     if (s < num_kv_tiles) load_kv_tile(s, s, QUANTIZED && WARP_PRIVATE_ROWS ? prefetch_entry(s) : 0);
     cp_async_commit();
   }
-  // The block entries of this lane's row of the next two tiles to load.
-  [[maybe_unused]] int next_entry = 0, later_entry = 0;
+  [[maybe_unused]] int next_entry = 0;  // the block entry of this lane's row of the next tile to load
   if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
     if (STAGES - 1 < num_kv_tiles) next_entry = prefetch_entry(STAGES - 1);
-    if (STAGES < num_kv_tiles) later_entry = prefetch_entry(STAGES);
   }
   cp_async_wait<STAGES - 1>();  // the Q group (the oldest) has landed
   __syncthreads();
@@ -709,8 +709,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       if (next < num_kv_tiles) {
         load_kv_tile(next, next % STAGES, next_entry);
         if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
-          next_entry = later_entry;
-          if (next + 2 < num_kv_tiles) later_entry = prefetch_entry(next + 2);  // used two iterations later
+          if (next + 1 < num_kv_tiles) next_entry = prefetch_entry(next + 1);  // used one iteration later
+          // ... and the line of the table that tile next + 4 will read is asked into L2 now.
+          const int ahead = kv_begin + (next + 4) * TILE_K + copy_row0;
+          if (lane == 0 && ahead < kv_end) prefetch_l2(table + (ahead >> pk.block_shift));
         }
       }
       cp_async_commit();
