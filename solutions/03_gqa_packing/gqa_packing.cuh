@@ -707,9 +707,16 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     {
       const int next = tile + STAGES - 1;  // refills the buffer tile - 1 used
       if (next < num_kv_tiles) {
+        // 8-bit decode tiles: the entry for the tile after `next` (used one
+        // iteration later) is read BEFORE this tile's copies are issued: a load
+        // issued after them returns after their data, a DRAM round trip later.
+        [[maybe_unused]] int entry_after = 0;
+        if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
+          if (next + 1 < num_kv_tiles) entry_after = prefetch_entry(next + 1);
+        }
         load_kv_tile(next, next % STAGES, next_entry);
         if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
-          if (next + 1 < num_kv_tiles) next_entry = prefetch_entry(next + 1);  // used one iteration later
+          next_entry = entry_after;
           // ... and the line of the table that tile next + 4 will read is asked into L2 now.
           const int ahead = kv_begin + (next + 4) * TILE_K + copy_row0;
           if (lane == 0 && ahead < kv_end) prefetch_l2(table + (ahead >> pk.block_shift));
