@@ -6,6 +6,7 @@
 #pragma once
 
 #include <utility>
+#include <vector>
 
 #include "check.h"
 #include "cuda_compat.cuh"
@@ -18,8 +19,24 @@ void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_by
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;  // nothing to do; CUDA would reject it
 #if defined(__CUDACC__)
   if (smem_bytes > 48 * 1024) {
-    PA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem_bytes)));
+    // Opt in once per (device, kernel, size): the driver call costs host time
+    // that a decode step of a few tens of microseconds would notice.
+    struct OptIn {
+      int device;
+      const void* kernel;
+      size_t bytes;
+    };
+    thread_local std::vector<OptIn> done;
+    int device = 0;
+    PA_CHECK(cudaGetDevice(&device));
+    const void* key = reinterpret_cast<const void*>(kernel);
+    bool found = false;
+    for (const OptIn& o : done) found = found || (o.device == device && o.kernel == key && o.bytes >= smem_bytes);
+    if (!found) {
+      PA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem_bytes)));
+      done.push_back({device, key, smem_bytes});
+    }
   }
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
   PA_CHECK(cudaGetLastError());

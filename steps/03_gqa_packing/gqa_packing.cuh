@@ -484,16 +484,20 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
 
   // Prologue: the first STAGES - 1 tiles in flight. Every thread commits one
   // group per slot even when there is no tile, so group counting stays uniform.
+  // (8-bit decode tiles read the block entries of all STAGES first tiles before
+  // any copy waits on one: one memory round trip at the start instead of one per tile.)
   const int num_kv_tiles = (kv_end - kv_begin + TILE_K - 1) / TILE_K;
+  [[maybe_unused]] int first_entries[STAGES] = {};  // [tile]
+  if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) first_entries[s] = s < num_kv_tiles ? prefetch_entry(s) : 0;
+  }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kv_tiles) load_kv_tile(s, s, QUANTIZED && WARP_PRIVATE_ROWS ? prefetch_entry(s) : 0);
+    if (s < num_kv_tiles) load_kv_tile(s, s, first_entries[s]);
     cp_async_commit();
   }
-  [[maybe_unused]] int next_entry = 0;  // the block entry of this lane's row of the next tile to load
-  if constexpr (QUANTIZED && WARP_PRIVATE_ROWS) {
-    if (STAGES - 1 < num_kv_tiles) next_entry = prefetch_entry(STAGES - 1);
-  }
+  [[maybe_unused]] int next_entry = first_entries[STAGES - 1];  // the entry of this lane's row of the next tile to load
   cp_async_wait<STAGES - 1>();  // the Q group (the oldest) has landed
   __syncthreads();
 
