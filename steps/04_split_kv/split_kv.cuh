@@ -41,9 +41,9 @@ constexpr int MERGE_THREADS = 128;
 
 // Decode tiles an SM holds at once. Shared memory decides: Q + a 3-stage K/V
 // ring is 50-56 KB (head_dim 64-256) plus 1 KB the hardware reserves per block;
-// Hopper has 228 KB per SM. Registers do not limit the one-warp bf16 program;
-// stage 05's 8-bit decode tile (4 warps, 2 at head_dim 256) caps them at 128
-// per thread so that 4 fit (MIN_PROGRAMS_PER_SM in gqa_packing.cuh).
+// Hopper has 228 KB per SM. Registers do not limit the one-warp bf16 program,
+// nor stage 05's two-warp 8-bit decode tile (4 x 64 threads x 255 registers
+// fill the 64K of an SM exactly; gqa_packing.cuh's DecodeTilingFor).
 constexpr int PROGRAMS_PER_SM = 4;
 constexpr size_t SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
 template <int HEAD_DIM, KvFormat F>
