@@ -700,19 +700,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     q_bias[0] = acc[0], q_bias[1] = acc[2];
   }
 
-  // Rows g + 8 (tile rows 16 row_warp + 8..15: c2, c3 of every fragment) are
-  // all padding in most decode tiles: a decode token with GROUP_PAD <= 8 fills
-  // rows 0..7 at most. Then their scores are exact zeros (zero Q rows, and the
-  // zero-filled keys past kv_end score 0 too), and they skip the mask and the
-  // softmax in the key loop: P = 0 for them, and their o and l stay 0. Half the
-  // softmax work of a decode tile, for rows that are never stored.
-  int row_halves = 2;  // warp-uniform: 1 when rows g + 8 are all padding
-  {
-    const int row = row_warp * 16 + 8 + g;
-    const bool real = tile_first + (row >> pk.group_shift) < q_len && (row & pad_mask) < pk.group;
-    if (!__any_sync(0xffffffffu, real)) row_halves = 1;
-  }
-
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
     // ... everyone's have, and everyone is done with tile - 1's buffer.
@@ -824,50 +811,39 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     if constexpr (Mask::WINDOWED) needs_mask = needs_mask || kv_start < window_unmasked_begin;
     if (needs_mask) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {  // rows g, g + 8
-        if (i >= row_halves) break;
+      for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
-        for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int key = kv_start + column_key<QUANTIZED>(j, 2 * t4 + h);
-            bool masked = key >= row_kv_end[i];
-            if constexpr (Mask::WINDOWED) masked = masked || key < row_kv_begin[i];
-            if (masked) s[j][2 * i + h] = -INFINITY;
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int key = kv_start + column_key<QUANTIZED>(j, 2 * t4 + (e & 1));
+          bool masked = key >= row_kv_end[e >> 1];
+          if constexpr (Mask::WINDOWED) masked = masked || key < row_kv_begin[e >> 1];
+          if (masked) s[j][e] = -INFINITY;
         }
       }
     }
 
     //@ TODO 4: online softmax on the fragments: row max over the 4 lanes of a row, rescale o and l, weights exp2(s*scale_log2 - m*scale_log2)
-    float alpha[2] = {1.0f, 1.0f};
+    float m_tile[2] = {m[0], m[1]};
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {  // rows g (c0, c1), g + 8 (c2, c3)
-      if (i >= row_halves) break;
-      float m_tile = m[i];
+    for (int j = 0; j < S_TILES; ++j) {
+      m_tile[0] = fmaxf(m_tile[0], fmaxf(s[j][0], s[j][1]));
+      m_tile[1] = fmaxf(m_tile[1], fmaxf(s[j][2], s[j][3]));
+    }
+    float m_scaled[2], alpha[2];
 #pragma unroll
-      for (int j = 0; j < S_TILES; ++j) m_tile = fmaxf(m_tile, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+    for (int i = 0; i < 2; ++i) {
       // The 4 lanes t4 = 0..3 of a quad hold the columns of the same row.
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+      m_tile[i] = fmaxf(m_tile[i], __shfl_xor_sync(0xffffffffu, m_tile[i], 1));
+      m_tile[i] = fmaxf(m_tile[i], __shfl_xor_sync(0xffffffffu, m_tile[i], 2));
       // Empty-state rule: a row that has seen only masked keys keeps m = -inf; use
       // 0 as its reference so that exp2(-inf - ref) = 0 and never -inf - -inf.
       // Both products are rounded alike (__fmul_rn: no fused multiply-add), so a
       // maximum that did not move gives alpha = exp2(0) = 1 exactly; fused, the
       // difference would be the first product's rounding error, never 0.
-      const float m_scaled = m_tile == -INFINITY ? 0.0f : __fmul_rn(m_tile, pk.scale_log2);
-      alpha[i] = exp2f(__fmul_rn(m[i], pk.scale_log2) - m_scaled);  // SoftmaxState::rescale: 0 from -inf
-      m[i] = m_tile;
+      m_scaled[i] = m_tile[i] == -INFINITY ? 0.0f : __fmul_rn(m_tile[i], pk.scale_log2);
+      alpha[i] = exp2f(__fmul_rn(m[i], pk.scale_log2) - m_scaled[i]);  // SoftmaxState::rescale: 0 from -inf
+      m[i] = m_tile[i];
       l[i] *= alpha[i];
-#pragma unroll
-      for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float& w = s[j][2 * i + h];
-          w = exp2f(fmaf(w, pk.scale_log2, -m_scaled));  // masked: exp2(-inf) = 0
-          l[i] += w;
-        }
-      }
     }
     // Past the first tiles of a long context the row maxima rarely move, and then
     // alpha is exactly 1 (exp2(0)): skip the 4 * O_TILES multiplies unless some
@@ -875,14 +851,21 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     // Nsight Compute counted this block in 90% of an 8-bit decode's iterations.)
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int j = 0; j < O_TILES; ++j) o[j][0] *= alpha[0], o[j][1] *= alpha[0];
-      if (row_halves == 2) {
-#pragma unroll
-        for (int j = 0; j < O_TILES; ++j) o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+      for (int j = 0; j < O_TILES; ++j) {
+        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1], o[j][3] *= alpha[1];
       }
       if constexpr (OPERAND_BIAS != 0.0f) {
         p_bias[0] *= alpha[0], p_bias[1] *= alpha[0];
         p_bias[2] *= alpha[1], p_bias[3] *= alpha[1];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(fmaf(s[j][e], pk.scale_log2, -m_scaled[e >> 1]));  // masked: exp2(-inf) = 0
+        l[e >> 1] += s[j][e];
       }
     }
     //@ skeleton

@@ -677,19 +677,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     q_bias[0] = acc[0], q_bias[1] = acc[2];
   }
 
-  // Rows g + 8 (tile rows 16 row_warp + 8..15: c2, c3 of every fragment) are
-  // all padding in most decode tiles: a decode token with GROUP_PAD <= 8 fills
-  // rows 0..7 at most. Then their scores are exact zeros (zero Q rows, and the
-  // zero-filled keys past kv_end score 0 too), and they skip the mask and the
-  // softmax in the key loop: P = 0 for them, and their o and l stay 0. Half the
-  // softmax work of a decode tile, for rows that are never stored.
-  int row_halves = 2;  // warp-uniform: 1 when rows g + 8 are all padding
-  {
-    const int row = row_warp * 16 + 8 + g;
-    const bool real = tile_first + (row >> pk.group_shift) < q_len && (row & pad_mask) < pk.group;
-    if (!__any_sync(0xffffffffu, real)) row_halves = 1;
-  }
-
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` have landed ...
     // ... everyone's have, and everyone is done with tile - 1's buffer.
@@ -801,17 +788,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
     if constexpr (Mask::WINDOWED) needs_mask = needs_mask || kv_start < window_unmasked_begin;
     if (needs_mask) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {  // rows g, g + 8
-        if (i >= row_halves) break;
+      for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
-        for (int j = 0; j < S_TILES; ++j) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int key = kv_start + column_key<QUANTIZED>(j, 2 * t4 + h);
-            bool masked = key >= row_kv_end[i];
-            if constexpr (Mask::WINDOWED) masked = masked || key < row_kv_begin[i];
-            if (masked) s[j][2 * i + h] = -INFINITY;
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int key = kv_start + column_key<QUANTIZED>(j, 2 * t4 + (e & 1));
+          bool masked = key >= row_kv_end[e >> 1];
+          if constexpr (Mask::WINDOWED) masked = masked || key < row_kv_begin[e >> 1];
+          if (masked) s[j][e] = -INFINITY;
         }
       }
     }
