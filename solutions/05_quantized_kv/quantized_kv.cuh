@@ -49,9 +49,6 @@ template <KvFormat F>
 struct QuantizedKv {
   static_assert(F == KvFormat::int8 || F == KvFormat::fp8_e4m3, "8-bit formats only");
   static constexpr KvFormat FORMAT = F;
-  // What every operand k_fragment and v_fragment make adds to the code's value
-  // (int8: 1152; the kernel takes its contribution off: common/quant.cuh).
-  static constexpr float OPERAND_BIAS = pa::OPERAND_BIAS<F>;
 
   // K: one word of 4 codes of one key (code 0 in the low byte) -> the B
   // fragment of one k-step: kb[0] = values 0, 1 and kb[1] = values 2, 3 as fp16

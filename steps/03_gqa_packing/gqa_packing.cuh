@@ -166,7 +166,6 @@ struct KeyRange {
 // k_fragment(), v_fragment(), scale_scores() and weights_fragment().
 struct Bf16Kv {
   static constexpr KvFormat FORMAT = KvFormat::bf16;
-  static constexpr float OPERAND_BIAS = 0.0f;  // 8-bit policies: what their MMA operands add to each value
 };
 
 // The mask policy without a window: a query at q_pos sees keys [0, q_pos].
@@ -424,10 +423,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
       uint8_t* v_dst = v_codes_s + stage * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
       const int chunk = copier % CODE_CHUNKS;
       const int tile_pos = kv_begin + tile * TILE_K;  // the tile's first key
+      // Decode tiles: the slot of this thread's row (from the prefetched entry).
+      [[maybe_unused]] uint32_t own_slot = 0;
       if constexpr (WARP_PRIVATE_ROWS) {
-        // The slot of this lane's row (from the prefetched entry).
-        const uint32_t own_slot =
-            (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
+        own_slot = (static_cast<uint32_t>(entry) << pk.block_shift) + ((tile_pos + copy_row0 + copier % COPY_ROWS) & block_mask);
         const uint32_t slot_bytes = static_cast<uint32_t>(p.kv.num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
         const size_t fixed = static_cast<size_t>(kv_head) * HEAD_DIM + chunk * 16;  // this head's row, this chunk
         // Each copy takes its row's slot from the owner lane.
@@ -439,22 +438,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
           const size_t offset = static_cast<size_t>(slot) * slot_bytes + fixed;  // bytes from the codes' base
           cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
           cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
-        }
-        // The rows' scales, each lane those of its own row: with 16 rows, lanes
-        // 0..15 the k scales and lanes 16..31 the v scales; with 32 rows, both.
-        // A key out of range gets scale 0 AND code 0 (both zero-filled): its slot
-        // may hold NaN scales, and P = 0 times a NaN is NaN.
-        const int j = copy_row0 + copier % COPY_ROWS;
-        const size_t scale_row = static_cast<size_t>(own_slot) * p.kv.num_kv_heads + kv_head;
-        if constexpr (2 * COPY_ROWS <= COPIERS) {
-          if (copier < 2 * COPY_ROWS) {
-            const bool is_k = copier < COPY_ROWS;
-            const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
-            cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + scale_row, tile_pos + j < kv_end);
-          }
-        } else {
-          cp_async_4(k_scale_s + stage * TILE_K + j, p.kv.k_scale + scale_row, tile_pos + j < kv_end);
-          cp_async_4(v_scale_s + stage * TILE_K + j, p.kv.v_scale + scale_row, tile_pos + j < kv_end);
         }
       } else {
         // The same copies with a block-table lookup per row (prefill tiles: the
@@ -469,14 +452,29 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
           cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), p.kv.k_codes + offset, in_range);
           cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), p.kv.v_codes + offset, in_range);
         }
-        if (copier < 2 * COPY_ROWS) {
-          const int j = copier % COPY_ROWS;
-          bool in_range;
-          size_t head_row;
+      }
+      // The rows' scales, each thread those of row j: with 2 * COPY_ROWS
+      // copiers or more, the first COPY_ROWS the k scales and the next
+      // COPY_ROWS the v scales; with as many copiers as rows, both. A key out of
+      // range gets scale 0 AND code 0 (both zero-filled): its slot may hold NaN
+      // scales, and P = 0 times a NaN is NaN.
+      const int j = copy_row0 + copier % COPY_ROWS;
+      if (copier < 2 * COPY_ROWS) {
+        bool in_range;
+        size_t head_row;
+        if constexpr (WARP_PRIVATE_ROWS) {
+          in_range = tile_pos + j < kv_end;
+          head_row = static_cast<size_t>(own_slot) * p.kv.num_kv_heads + kv_head;
+        } else {
           find_kv_row(tile_pos + j, in_range, head_row);
+        }
+        if constexpr (2 * COPY_ROWS <= COPIERS) {
           const bool is_k = copier < COPY_ROWS;
           const float* scale = is_k ? p.kv.k_scale : p.kv.v_scale;  // [num_slots * Hkv]
           cp_async_4((is_k ? k_scale_s : v_scale_s) + stage * TILE_K + j, scale + head_row, in_range);
+        } else {
+          cp_async_4(k_scale_s + stage * TILE_K + j, p.kv.k_scale + head_row, in_range);
+          cp_async_4(v_scale_s + stage * TILE_K + j, p.kv.v_scale + head_row, in_range);
         }
       }
     }
@@ -660,7 +658,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM) gqa_pa
   // one more MMA per 16 keys into p_bias, rescaled with o and subtracted at the
   // end. Every product is exact in fp32, and the subtractions cost a few bits of
   // o's fp32 accumulators (|bias * sum(p)| <= 1152 / 127 * l * v_max), far below bf16's.
-  constexpr float OPERAND_BIAS = Kv::OPERAND_BIAS;
+  constexpr float OPERAND_BIAS = pa::OPERAND_BIAS<Kv::FORMAT>;  // 0 for bf16 and e4m3
   [[maybe_unused]] float q_bias[2] = {0.0f, 0.0f};
   [[maybe_unused]] float p_bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // [c0..c3] of an MMA whose columns all hold bias * sum(p)
   [[maybe_unused]] uint32_t bias_b[2] = {0u, 0u};  // B fragment with every element fp16(OPERAND_BIAS)
