@@ -22,6 +22,7 @@
 #include "common/problem.h"
 #include "common/stages.h"
 #include "common/timing.h"
+#include "probe.h"
 #include "registry.h"
 
 namespace {
@@ -124,9 +125,9 @@ int main(int argc, char** argv) {
       if (file) file << line << "\n";
     };
 
-    // A buffer twice the L2 size, overwritten before each timed run, so every
-    // run reads K/V from HBM as a real decode step would.
-    DeviceBuffer<char> flush(gpu ? 2 * static_cast<size_t>(std::max(prop.l2CacheSize, 1)) : 1);
+    // Empties the L2 before each timed run, so every run reads K/V from HBM as
+    // a real decode step would (the benchmark's method: bench/probe.h).
+    pa::bench::L2Flush flush;
 
     AttentionConfig cfg;  // Qwen3-8B defaults
     for (const CaseSpec& c : make_cases(full)) {
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
           std::vector<double> times;
           b.forward(p, db);  // warm-up
           for (int rep = 0; rep < reps; ++rep) {
-            flush.fill_bytes(rep & 0xFF);
+            flush();
             timer.start();
             b.forward(p, db);
             times.push_back(timer.stop());

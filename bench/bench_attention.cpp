@@ -2,12 +2,16 @@
 // the mixed batch, and causal prefill.
 //
 // Method: each iteration is timed with device events around the forward call
-// alone (manual time); before each, a buffer twice the L2 size is overwritten so
-// K/V come from HBM, as in a real decode step. Counters per benchmark:
+// alone (manual time); before each, a buffer twice the L2 size is read so K/V
+// come from HBM, as in a real decode step, and the L2 holds no dirty lines the
+// kernel would pay to write back (bench/probe.h, L2Flush). Counters per benchmark:
 //   kv_bytes        K/V bytes a read-once kernel must load (sum of seq_lens x 4 KiB for Qwen3-8B)
 //   ms_median       median iteration time
 //   GBps            kv_bytes / ms_median
 //   floor_fraction  (kv_bytes / probe bandwidth) / ms_median: 1.0 = reads each byte once at full speed
+//   plain_read_fraction  (median time of a plain streaming read of kv_bytes, timed the
+//                   same way) / ms_median: how close to a bare copy of that size, whose
+//                   launch and ramp-up the floor leaves out; 1.0 is the practical limit
 //   TFLOPs          prefill only: 4 * head_dim * Hq * attended (query, key) pairs / ms_median
 // The probe bandwidth (bench/probe.cu) is measured first, in the same run, and
 // stored in the JSON context as read_bandwidth_GBps.
@@ -17,6 +21,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +43,14 @@ constexpr bool kGpu = false;
 #endif
 
 double g_read_gbps = 0.0;  // measured by the probe before any benchmark runs
+
+// The plain read of the same size, measured once per byte count.
+double plain_read_ms_for(size_t bytes, bench::L2Flush& flush) {
+  static std::map<size_t, double> cache;
+  auto it = cache.find(bytes);
+  if (it == cache.end()) it = cache.emplace(bytes, bench::plain_read_ms(bytes, kGpu ? 20 : 1, flush)).first;
+  return it->second;
+}
 
 struct BenchCase {
   std::string family;  // decode | long | window | mixed | prefill
@@ -101,15 +114,12 @@ void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
     return;
   }
   DeviceBatch db(p);
-  cudaDeviceProp prop{};
-  PA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  DeviceBuffer<char> flush(kGpu ? 2 * static_cast<size_t>(prop.l2CacheSize) : 1);
+  bench::L2Flush flush;
   EventTimer timer;
   std::vector<double> times;
   b.forward(p, db);  // warm-up: workspaces, first-launch costs
-  int rep = 0;
   for (auto _ : state) {
-    flush.fill_bytes(++rep & 0xFF);
+    flush();
     timer.start();
     b.forward(p, db);
     const float ms = timer.stop();
@@ -122,6 +132,7 @@ void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
   state.counters["ms_median"] = ms;
   state.counters["GBps"] = kv_bytes / (ms * 1e-3) / 1e9;
   state.counters["floor_fraction"] = g_read_gbps > 0 ? (kv_bytes / (g_read_gbps * 1e9)) / (ms * 1e-3) : 0.0;
+  state.counters["plain_read_fraction"] = ms > 0 ? plain_read_ms_for(p.kv_bytes_read(), flush) / ms : 0.0;
   state.counters["batch"] = static_cast<double>(c.requests.size());
   if (c.family == "prefill") {
     // Two matmuls (QK^T, PV) of 2 FLOPs per multiply-add over the pairs the
@@ -145,6 +156,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("device", prop.name);
     benchmark::AddCustomContext("read_bandwidth_GBps", std::to_string(probe.gbps));
     benchmark::AddCustomContext("flavor", kGpu ? "gpu" : "cpu-smoke");
+    benchmark::AddCustomContext("l2_flush", bench::L2Flush().mode());
     for (const BenchCase& c : cases()) {
       for (const Backend& b : bench::backends()) {
         AttentionConfig probe_cfg;

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "common/cuda_compat.cuh"
@@ -30,26 +33,77 @@ __global__ void read_probe_kernel(const uint4* __restrict__ data,  // [n]
   if (acc == 0x9E3779B9u) *sink = acc;
 }
 
-}  // namespace
+// One read pass over data[n] with the probe's launch shape.
+void read_all(const uint4* data, size_t n, unsigned* sink) {
+  cudaDeviceProp prop{};
+  PA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const dim3 grid(prop.multiProcessorCount * 8), block(512);
+  launch(read_probe_kernel, grid, block, 0, nullptr, data, n, sink);
+}
 
-ProbeResult measure_read_bandwidth(size_t bytes, int reps) {
+// Median time of `reps` reads of a fresh `bytes`-sized buffer; `before` runs
+// ahead of each timed read.
+template <class Before>
+double time_reads(size_t bytes, int reps, Before before) {
   const size_t n = bytes / sizeof(uint4);
   DeviceBuffer<uint4> data(n);
   DeviceBuffer<unsigned> sink(1);
   data.fill_bytes(0x5A);
-  cudaDeviceProp prop{};
-  PA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const dim3 grid(prop.multiProcessorCount * 8), block(512);
-  launch(read_probe_kernel, grid, block, 0, nullptr, data.data(), n, sink.data());  // warm-up
+  read_all(data.data(), n, sink.data());  // warm-up
   EventTimer timer;
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
+    before();
     timer.start();
-    launch(read_probe_kernel, grid, block, 0, nullptr, data.data(), n, sink.data());
+    read_all(data.data(), n, sink.data());
     times.push_back(timer.stop());
   }
-  const double ms = median(times);
-  return {n * sizeof(uint4) / (ms * 1e-3) / 1e9, n * sizeof(uint4), ms};
+  return median(times);
+}
+
+}  // namespace
+
+ProbeResult measure_read_bandwidth(size_t bytes, int reps) {
+  bytes -= bytes % sizeof(uint4);
+  // Back-to-back reads of a buffer far larger than L2: no flush needed, and
+  // nothing dirty is ever left behind.
+  const double ms = time_reads(bytes, reps, [] {});
+  return {bytes / (ms * 1e-3) / 1e9, bytes, ms};
+}
+
+struct L2Flush::Impl {
+  DeviceBuffer<uint4> buf;
+  DeviceBuffer<unsigned> sink{1};
+  explicit Impl(size_t n) : buf(n) { buf.fill_bytes(0x3C); }
+};
+
+L2Flush::L2Flush() {
+  cudaDeviceProp prop{};
+  PA_CHECK(cudaGetDeviceProperties(&prop, 0));
+#if defined(PA_GPU_BUILD)
+  const size_t bytes = 2 * static_cast<size_t>(std::max(prop.l2CacheSize, 1));
+#else
+  const size_t bytes = sizeof(uint4);  // the CPU runtime has no L2 to empty; timings there mean nothing
+#endif
+  impl_ = std::make_shared<Impl>(std::max<size_t>(bytes / sizeof(uint4), 1));
+  const char* env = std::getenv("PA_BENCH_FLUSH");
+  const std::string mode = env ? env : "clean";
+  PA_REQUIRE(mode == "clean" || mode == "dirty", "PA_BENCH_FLUSH must be clean or dirty, not '" + mode + "'");
+  dirty_ = mode == "dirty";
+}
+
+void L2Flush::operator()() {
+  if (dirty_) {
+    impl_->buf.fill_bytes(++rep_ & 0xFF);
+  } else {
+    read_all(impl_->buf.data(), impl_->buf.size(), impl_->sink.data());
+  }
+}
+
+double plain_read_ms(size_t bytes, int reps, L2Flush& flush) {
+  bytes -= bytes % sizeof(uint4);
+  if (bytes == 0) return 0.0;
+  return time_reads(bytes, reps, [&] { flush(); });
 }
 
 }  // namespace pa::bench

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace pa::bench {
 
@@ -15,5 +16,32 @@ struct ProbeResult {
 // Reads a `bytes`-sized buffer (far larger than L2 on a GPU) with 16-byte loads,
 // several independent loads in flight per thread, `reps` times; median time.
 ProbeResult measure_read_bandwidth(size_t bytes, int reps);
+
+// Empties the L2 before a timed iteration, so the timed kernel's K/V come
+// from HBM. By default it reads a buffer twice the L2's size (filled once):
+// the L2 then holds only clean lines, as after the probe's own runs. Overwriting
+// that buffer instead (memset, the common recipe) leaves up to an L2 full of
+// dirty lines, and the timed kernel pays for writing them back to HBM: ~50 MB,
+// some 10 us on an H200, which is 7% of an 8-bit 64 x 4096 decode step but no
+// part of the kernel's own traffic. PA_BENCH_FLUSH=dirty selects the memset, to
+// measure that difference.
+class L2Flush {
+ public:
+  L2Flush();
+  void operator()();   // on the default stream, before the timed start event
+  bool dirty() const { return dirty_; }
+  const char* mode() const { return dirty_ ? "dirty (memset)" : "clean (read)"; }
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+  bool dirty_ = false;
+  int rep_ = 0;
+};
+
+// What a plain streaming read of `bytes` achieves with the benchmark's own
+// method (L2 flushed, event-timed, median of `reps`): the best any kernel that
+// reads that many bytes can do, launch and ramp-up included.
+double plain_read_ms(size_t bytes, int reps, L2Flush& flush);
 
 }  // namespace pa::bench

@@ -3,7 +3,9 @@
 
 For the headline cases it prints each backend's median time, K/V GB/s, fraction
 of the floor (K/V bytes over the read-probe bandwidth measured in the same run)
-and, for prefill, TFLOP/s; PyTorch's reference points (bench/torch_reference.py)
+a plain streaming read of the same bytes timed the same way (plain_read_fraction:
+the floor plus launch and ramp-up, which no kernel escapes) and, for prefill,
+TFLOP/s; PyTorch's reference points (bench/torch_reference.py)
 are printed beside ours when given.
 
     python3 plots/summarize.py --bench bench.json [--torch torch.json]
@@ -46,9 +48,9 @@ def main():
     theirs = entries(args.torch)[1] if args.torch else {}
     read_gbps = float(ctx.get("read_bandwidth_GBps", 0) or 0)
     print(f"Measured on {ctx.get('device', '?')}, {ctx.get('date', '?')[:10]}; "
-          f"read-probe bandwidth {read_gbps:.0f} GB/s (the floor).\n")
-    print("| case | backend | ms | K/V GB/s | fraction of floor | TFLOP/s |")
-    print("|---|---|---|---|---|---|")
+          f"read-probe bandwidth {read_gbps:.0f} GB/s (the floor); L2 flush: {ctx.get('l2_flush', 'memset')}.\n")
+    print("| case | backend | ms | K/V GB/s | fraction of floor | of a plain read | TFLOP/s |")
+    print("|---|---|---|---|---|---|---|")
     for family, label in HEADLINE:
         rows = [(k[1], v) for k, v in {**ours, **theirs}.items() if k[0] == family and k[2] == label]
         for backend, b in sorted(rows):
@@ -56,13 +58,14 @@ def main():
                 msg = b.get("error_message", "")
                 if msg.startswith("not run") or msg.startswith("unsupported"):
                     continue
-                print(f"| {family} {label} | {backend} | error | | | |")
+                print(f"| {family} {label} | {backend} | error | | | | |")
                 continue
             frac = b["GBps"] / read_gbps if read_gbps else 0
             tf = f"{b['TFLOPs']:.0f}" if "TFLOPs" in b else ""
             gb = f"{b['GBps']:.0f}" if family != "prefill" else ""
             fr = f"{frac:.2f}" if family != "prefill" else ""
-            print(f"| {family} {label} | {backend} | {b['ms_median']:.3f} | {gb} | {fr} | {tf} |")
+            plain = f"{b['plain_read_fraction']:.2f}" if family != "prefill" and "plain_read_fraction" in b else ""
+            print(f"| {family} {label} | {backend} | {b['ms_median']:.3f} | {gb} | {fr} | {plain} | {tf} |")
 
 
 if __name__ == "__main__":
