@@ -4,7 +4,8 @@
 Reads bench_attention's Google Benchmark JSON (and, optionally, the JSON of
 bench/torch_reference.py measured in the same run) and draws:
   decode_sweep.png   K/V GB/s against batch size at 4096 tokens, one line per backend,
-                     with the probe's read bandwidth as the floor line
+                     with the probe's read bandwidth as the floor line and, dotted, what a
+                     plain streaming read of the same (bf16) bytes reaches with the same method
   long_context.png   the same for 32768-token contexts
   prefill.png        causal prefill TFLOP/s per backend
   quantized.png      decode step time at 4096 tokens: the bf16 kernel (stage 04) against the
@@ -54,6 +55,14 @@ def plot_bandwidth(data, family, read_gbps, title, path, xlabel):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=name)
     if read_gbps:
         ax.axhline(read_gbps, color="black", linewidth=1, label=f"floor: read probe {read_gbps:.0f} GB/s")
+    # A plain read of each case's bytes (bench_attention's plain_read_fraction):
+    # the floor plus the launch and ramp-up that no kernel escapes at that size.
+    ref = next((n for n in ["04_split_kv", "03_gqa_packing"] if n in backends), None)
+    plain = sorted((int(r["fields"]["batch"]), r["GBps"] / r["plain_read_fraction"]) for r in data
+                   if r["family"] == family and r["backend"] == ref and r.get("plain_read_fraction", 0) > 0)
+    if plain:
+        ax.plot([p[0] for p in plain], [p[1] for p in plain], ":", color="black",
+                label=f"plain read of the same bytes ({ref}'s)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("K/V bytes / time (GB/s)")
