@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("device", prop.name);
     benchmark::AddCustomContext("read_bandwidth_GBps", std::to_string(probe.gbps));
     benchmark::AddCustomContext("flavor", kGpu ? "gpu" : "cpu-smoke");
-    benchmark::AddCustomContext("l2_flush", bench::L2Flush().mode());
+    benchmark::AddCustomContext("l2_flush", bench::L2Flush::mode_name(bench::L2Flush::dirty_from_env()));
     for (const BenchCase& c : cases()) {
       for (const Backend& b : bench::backends()) {
         AttentionConfig probe_cfg;

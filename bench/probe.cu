@@ -77,7 +77,7 @@ struct L2Flush::Impl {
   explicit Impl(size_t n) : buf(n) { buf.fill_bytes(0x3C); }
 };
 
-L2Flush::L2Flush() {
+L2Flush::L2Flush() : dirty_(dirty_from_env()) {
   cudaDeviceProp prop{};
   PA_CHECK(cudaGetDeviceProperties(&prop, 0));
 #if defined(PA_GPU_BUILD)
@@ -86,10 +86,13 @@ L2Flush::L2Flush() {
   const size_t bytes = sizeof(uint4);  // the CPU runtime has no L2 to empty; timings there mean nothing
 #endif
   impl_ = std::make_shared<Impl>(std::max<size_t>(bytes / sizeof(uint4), 1));
+}
+
+bool L2Flush::dirty_from_env() {
   const char* env = std::getenv("PA_BENCH_FLUSH");
   const std::string mode = env ? env : "clean";
   PA_REQUIRE(mode == "clean" || mode == "dirty", "PA_BENCH_FLUSH must be clean or dirty, not '" + mode + "'");
-  dirty_ = mode == "dirty";
+  return mode == "dirty";
 }
 
 void L2Flush::operator()() {

@@ -30,8 +30,9 @@ class L2Flush {
  public:
   L2Flush();
   void operator()();   // on the default stream, before the timed start event
-  bool dirty() const { return dirty_; }
-  const char* mode() const { return dirty_ ? "dirty (memset)" : "clean (read)"; }
+  // PA_BENCH_FLUSH: true for "dirty", false for "clean" or unset; anything else is an error.
+  static bool dirty_from_env();
+  static const char* mode_name(bool dirty) { return dirty ? "dirty (memset)" : "clean (read)"; }
 
  private:
   struct Impl;
