@@ -71,12 +71,6 @@ ProbeResult measure_read_bandwidth(size_t bytes, int reps) {
   return {bytes / (ms * 1e-3) / 1e9, bytes, ms};
 }
 
-struct L2Flush::Impl {
-  DeviceBuffer<uint4> buf;
-  DeviceBuffer<unsigned> sink{1};
-  explicit Impl(size_t n) : buf(n) { buf.fill_bytes(0x3C); }
-};
-
 L2Flush::L2Flush() : dirty_(dirty_from_env()) {
   cudaDeviceProp prop{};
   PA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -85,7 +79,8 @@ L2Flush::L2Flush() : dirty_(dirty_from_env()) {
 #else
   const size_t bytes = sizeof(uint4);  // the CPU runtime has no L2 to empty; timings there mean nothing
 #endif
-  impl_ = std::make_shared<Impl>(std::max<size_t>(bytes / sizeof(uint4), 1));
+  buf_.resize(bytes);
+  buf_.fill_bytes(0x3C);
 }
 
 bool L2Flush::dirty_from_env() {
@@ -97,9 +92,9 @@ bool L2Flush::dirty_from_env() {
 
 void L2Flush::operator()() {
   if (dirty_) {
-    impl_->buf.fill_bytes(++rep_ & 0xFF);
+    buf_.fill_bytes(++rep_ & 0xFF);
   } else {
-    read_all(impl_->buf.data(), impl_->buf.size(), impl_->sink.data());
+    read_all(reinterpret_cast<const uint4*>(buf_.data()), buf_.bytes() / sizeof(uint4), sink_.data());
   }
 }
 

@@ -3,7 +3,8 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
+
+#include "common/device_buffer.h"
 
 namespace pa::bench {
 
@@ -35,9 +36,9 @@ class L2Flush {
   static const char* mode_name(bool dirty) { return dirty ? "dirty (memset)" : "clean (read)"; }
 
  private:
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
   bool dirty_ = false;
+  DeviceBuffer<unsigned char> buf_;  // [2 x L2 bytes], 16-byte aligned (cudaMalloc)
+  DeviceBuffer<unsigned> sink_{1};   // the read kernel's never-taken store
   int rep_ = 0;
 };
 
