@@ -1,7 +1,8 @@
 // backends: the course's main job. Runs every backend on the same batches and
-// prints one JSON line per (case, backend): its largest error against the fp64
-// oracle and, on a GPU, the median of event-timed runs with L2 flushed before
-// each. Then the KV-cache bytes-per-token table for Qwen3-8B.
+// prints one JSON line per (case, backend): whether it matches the fp64 oracle
+// (the tests' rule: common/compare.h), its largest error and, on a GPU, the
+// median of event-timed runs with L2 flushed before each. Then the KV-cache
+// bytes-per-token table for Qwen3-8B. Exits 1 when any backend is wrong.
 //
 //   backends [--case mixed|long|all] [--scale auto|cpu|full] [--reps N] [--out FILE]
 #include <algorithm>
@@ -59,12 +60,18 @@ void usage() {
                "\n"
                "Runs every attention backend on the same batches (Qwen3-8B attention shape: 32 query heads,\n"
                "8 KV heads, head_dim 128, bf16, block size 16) and prints one JSON line per (case, backend):\n"
+               "  ok             true when out (and lse) match the fp64 oracle within the tests' per-dtype\n"
+               "                 tolerance (common/compare.h: atol + rtol*|want| per element, NaN fails)\n"
                "  max_abs_error  largest |out - fp64 oracle| over all outputs\n"
+               "  max_lse_error  largest |lse - fp64 oracle| (null where the backend returns no lse)\n"
+               "                 An error that is not finite (a NaN counts as +inf) prints as null, with ok false.\n"
                "  ms             median of --reps event-timed runs, L2 flushed before each (null on the CPU)\n"
                "  kv_gbps        KV bytes a read-once kernel needs / ms (null on the CPU)\n"
                "Then the KV-cache bytes per token for Qwen3-8B (36 layers) by cache format.\n"
                "--scale cpu shrinks contexts 8x (the default without a GPU); full uses real sizes.\n"
-               "Progress goes to stderr; --out also writes the JSON lines to FILE.\n";
+               "Progress goes to stderr; --out also writes the JSON lines to FILE.\n"
+               "A backend that does not match the oracle is named on stderr with its first mismatch, and\n"
+               "the exit status is 1 (skipped cases are not failures).\n";
 }
 
 }  // namespace
@@ -130,6 +137,7 @@ int main(int argc, char** argv) {
     pa::bench::L2Flush flush;
 
     AttentionConfig cfg;  // Qwen3-8B defaults
+    std::vector<std::string> failures;  // "case/backend" of each result that differs from the oracle
     for (const CaseSpec& c : make_cases(full)) {
       if (which != "all" && which != c.name) continue;
       std::cerr << "[backends] case " << c.name << " (" << c.what << (full ? "" : ", contexts / 8")
@@ -161,7 +169,15 @@ int main(int argc, char** argv) {
         }
         db.poison_outputs();
         b.forward(p, db);
-        const double err = max_abs_error(db.out_host(), want.out);
+        // Judged like the tests judge the stages; the lse too, where the backend is given one to write.
+        const std::vector<float> lse = db.params().lse ? db.lse_host() : std::vector<float>{};
+        const AttentionCheck check =
+            check_attention(p, want, db.out_host(), db.params().lse ? &lse : nullptr, /*max_reported=*/1);
+        if (!check.ok()) {
+          failures.push_back(c.name + "/" + b.name);
+          std::cerr << "[backends] FAIL " << b.name << " on case " << c.name << " (" << p.cfg.describe()
+                    << "): " << check.report();
+        }
         double ms = NAN;
         if (gpu) {
           EventTimer timer;
@@ -179,26 +195,39 @@ int main(int argc, char** argv) {
         std::ostringstream line;
         line << "{\"case\":\"" << c.name << "\",\"backend\":\"" << b.name << "\",\"device\":\"" << prop.name
              << "\",\"num_requests\":" << p.meta.num_requests() << ",\"num_tokens\":" << p.meta.num_tokens
-             << ",\"kv_bytes\":" << p.kv_bytes_read() << ",\"max_abs_error\":" << json_number(err)
+             << ",\"kv_bytes\":" << p.kv_bytes_read() << ",\"ok\":" << (check.ok() ? "true" : "false")
+             << ",\"max_abs_error\":" << json_number(check.out.max_abs_error)
+             << ",\"max_lse_error\":" << (check.lse ? json_number(check.lse->max_abs_error) : "null")
              << ",\"ms\":" << json_number(ms) << ",\"kv_gbps\":" << json_number(gbps) << "}";
         emit(line.str());
       }
     }
 
-    // Bytes per cached token for Qwen3-8B: 36 layers x 8 KV heads x (K + V).
-    // bf16 stores 128 x 2 bytes per head row; 8-bit formats 128 codes plus one
-    // fp32 scale per (token, head).
+    // Bytes per cached token for Qwen3-8B: its layers times one layer's K + V
+    // in each cache format, by the rule the benchmarks' byte counts use.
+    constexpr int kQwen3Layers = 36;
     struct Format {
+      KvFormat format;
       const char* name;
-      int bytes_per_head_row;
     };
-    for (const Format f : {Format{"bf16", 128 * 2}, Format{"int8", 128 + 4}, Format{"fp8_e4m3", 128 + 4}}) {
-      const long bytes = 36L * 8 * 2 * f.bytes_per_head_row;
+    for (const Format f : {Format{KvFormat::bf16, "bf16"}, Format{KvFormat::int8, "int8"},
+                           Format{KvFormat::fp8_e4m3, "fp8_e4m3"}}) {
+      AttentionConfig fmt = cfg;
+      fmt.kv_format = f.format;
+      const size_t bytes = kQwen3Layers * fmt.kv_token_bytes();
       std::ostringstream line;
-      line << "{\"table\":\"kv_bytes_per_token\",\"model\":\"Qwen3-8B\",\"layers\":36,\"kv_heads\":8,\"head_dim\":128,"
-           << "\"format\":\"" << f.name << "\",\"bytes_per_token\":" << bytes
-           << ",\"tokens_per_gb\":" << std::lround(1e9 / bytes) << "}";
+      line << "{\"table\":\"kv_bytes_per_token\",\"model\":\"Qwen3-8B\",\"layers\":" << kQwen3Layers
+           << ",\"kv_heads\":" << fmt.num_kv_heads << ",\"head_dim\":" << fmt.head_dim << ",\"format\":\""
+           << f.name << "\",\"bytes_per_token\":" << bytes << ",\"tokens_per_gb\":" << std::lround(1e9 / bytes)
+           << "}";
       emit(line.str());
+    }
+
+    if (!failures.empty()) {
+      std::cerr << "backends: " << failures.size() << " result(s) differ from the fp64 oracle:";
+      for (const std::string& f : failures) std::cerr << " " << f;
+      std::cerr << "\n";
+      return 1;
     }
   } catch (const std::exception& e) {
     std::cerr << "backends: " << e.what() << "\n";

@@ -78,15 +78,17 @@ CheckResult check_rows(const std::vector<float>& got, const std::vector<double>&
     const int r = static_cast<int>(std::upper_bound(meta.query_start_loc.begin(),
                                                     meta.query_start_loc.end(), t) -
                                    meta.query_start_loc.begin()) - 1;
+    // A [num_tokens, num_heads] tensor (dim 1, the lse) has no dim to name.
+    char dim_part[32] = "";
+    if (dim > 1) std::snprintf(dim_part, sizeof dim_part, ", dim %d", d);
     char buf[256];
     if (r >= R) {
-      std::snprintf(buf, sizeof buf, "  (padding row %d, head %d, dim %d): got %.6g, want %.6g\n", t, h, d,
+      std::snprintf(buf, sizeof buf, "  (padding row %d, head %d%s): got %.6g, want %.6g\n", t, h, dim_part,
                     got[i], want[i]);
     } else {
-      std::snprintf(buf, sizeof buf,
-                    "  (request %d, token %d [row %d, position %d], head %d, dim %d): got %.6g, want %.6g\n",
-                    r, t - meta.query_start_loc[r], t, meta.seq_lens[r] - meta.q_len(r) + (t - meta.query_start_loc[r]),
-                    h, d, got[i], want[i]);
+      const int token = t - meta.query_start_loc[r];
+      std::snprintf(buf, sizeof buf, "  (request %d, token %d [row %d, position %d], head %d%s): got %.6g, want %.6g\n",
+                    r, token, t, meta.seq_lens[r] - meta.q_len(r) + token, h, dim_part, got[i], want[i]);
     }
     detail << buf;
   }
@@ -102,6 +104,20 @@ CheckResult check_rows(const std::vector<float>& got, const std::vector<double>&
     res.report = head + detail.str();
   }
   return res;
+}
+
+std::string AttentionCheck::report() const {
+  std::string r = out.ok ? "" : out.report;
+  if (lse && !lse->ok) r += lse->report;
+  return r;
+}
+
+AttentionCheck check_attention(const Problem& p, const OracleResult& want, const std::vector<float>& out,
+                               const std::vector<float>* lse, int max_reported) {
+  AttentionCheck c;
+  c.out = check_rows(out, want.out, p.meta, p.cfg.num_q_heads, p.cfg.head_dim, Precision::bf16, "out", max_reported);
+  if (lse) c.lse = check_rows(*lse, want.lse, p.meta, p.cfg.num_q_heads, 1, Precision::fp32, "lse", max_reported);
+  return c;
 }
 
 }  // namespace pa

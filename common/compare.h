@@ -3,13 +3,16 @@
 // One tolerance table, by the precision of the tensor being compared. An element
 // passes when |got - want| <= atol + rtol * |want|. NaN never passes; -inf
 // matches only -inf (the lse of padding rows). A failure reports the first
-// mismatches as (request, token, head, dim, got, want).
+// mismatches as (request, token, head, dim): got, want; for the lse, which has
+// no dim, as (request, token, head): got, want.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "oracle.h"
 #include "problem.h"
 
 namespace pa {
@@ -45,11 +48,28 @@ struct CheckResult {
   std::string report;          // empty when ok
 };
 
-// got/want are [num_tokens, num_heads, dim] (dim = 1 for lse); rows map to
-// requests through meta.query_start_loc.
+// got/want are [num_tokens, num_heads, dim]; rows map to requests through
+// meta.query_start_loc. dim = 1 means a [num_tokens, num_heads] tensor (the
+// lse): its mismatches are reported without a dim.
 CheckResult check_rows(const std::vector<float>& got, const std::vector<double>& want,
                        const BatchMeta& meta, int num_heads, int dim, Precision precision,
                        const std::string& what, int max_reported = 8);
+
+// One backend's answer against the oracle, by the rule the tests and the main
+// job share: out [num_tokens, num_q_heads, head_dim] (bf16 whatever the cache
+// format: 8-bit caches are compared with the oracle on their dequantized
+// values) against the bf16 row; lse [num_tokens, num_q_heads] against the fp32
+// row, when the backend returns one (lse != nullptr).
+struct AttentionCheck {
+  CheckResult out;
+  std::optional<CheckResult> lse;  // empty: no lse to check
+
+  bool ok() const { return out.ok && (!lse || lse->ok); }
+  std::string report() const;  // the failing parts' reports; empty when ok
+};
+
+AttentionCheck check_attention(const Problem& p, const OracleResult& want, const std::vector<float>& out,
+                               const std::vector<float>* lse, int max_reported = 8);
 
 // Largest |got - want| over all elements (NaN -> +inf; -inf == -inf -> 0).
 double max_abs_error(const std::vector<float>& got, const std::vector<double>& want);

@@ -104,10 +104,10 @@ void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
   }
 }
 
-size_t Problem::kv_token_bytes() const {
-  // 8-bit: per KV head, head_dim one-byte codes plus one fp32 scale, for K and V.
-  if (is_quantized(cfg.kv_format)) return 2ull * cfg.num_kv_heads * (cfg.head_dim * sizeof(uint8_t) + sizeof(float));
-  return 2ull * cfg.num_kv_heads * cfg.head_dim * sizeof(bf16);
+size_t AttentionConfig::kv_token_bytes() const {
+  const size_t head_row = is_quantized(kv_format) ? head_dim * sizeof(uint8_t) + sizeof(float)  // codes + scale
+                                                  : head_dim * sizeof(bf16);
+  return 2 * static_cast<size_t>(num_kv_heads) * head_row;  // K and V
 }
 
 size_t Problem::kv_bytes_read() const {

@@ -2,6 +2,7 @@
 // validation, and the builders that make test and benchmark batches.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -23,6 +24,9 @@ struct AttentionConfig {
 
   int group() const { return num_q_heads / num_kv_heads; }
   float softmax_scale() const;
+  // Bytes of K+V for one token of one layer in this cache format: per KV head,
+  // head_dim bf16 values, or head_dim 1-byte codes plus one fp32 scale.
+  size_t kv_token_bytes() const;
   std::string describe() const;
 };
 
@@ -73,7 +77,7 @@ struct Problem {
   std::vector<uint8_t> k_codes, v_codes;  // [num_blocks, block_size, num_kv_heads, head_dim]  8-bit formats only
   std::vector<float> k_scale, v_scale;    // [num_blocks, block_size, num_kv_heads]            8-bit formats only
 
-  size_t kv_token_bytes() const;  // bytes of K+V for one token of one layer (8-bit: codes + scales)
+  size_t kv_token_bytes() const { return cfg.kv_token_bytes(); }
   size_t kv_bytes_read() const;   // K/V bytes a read-once kernel must load: sum of seq_lens, or with
                                   //   cfg.window > 0 of the keys some query sees, min(seq_len, q_len + window - 1)
   double attended_pairs() const;  // (query, key) pairs the softmax covers: causal, inside the window

@@ -1,31 +1,14 @@
 // Stage 04: split-KV (Flash-Decoding) for decode batches, merged by log-sum-exp.
-#include <cmath>
-#include <cstdint>
-#include <cstring>
+#include <algorithm>
 
 #include "tests/harness.h"
 
 namespace pa::test {
 namespace {
 
-constexpr int kAuto = 0;  // num_splits 0: the stage's own plan from the SM count
-
-// A decode case with the split count to force (kAuto: the dispatch rule).
-struct SplitCase {
-  Case c;
-  int num_splits;
-};
-std::string split_case_name(const testing::TestParamInfo<SplitCase>& info) { return info.param.c.name; }
-void PrintTo(const SplitCase& s, std::ostream* os) {
-  *os << s.c.name << " (" << s.c.cfg.describe() << ", num_splits " << s.num_splits << ")";
-}
-
 Forward run_with_splits(int num_splits) {
   return [num_splits](const Problem&, DeviceBatch& db) { stage04::forward(db.params(), nullptr, num_splits); };
 }
-
-// Decodes at uneven lengths: a partly filled last block, a one-token context.
-std::vector<RequestShape> ragged_decodes() { return {{1, 70}, {1, 130}, {1, 1}, {1, 33}}; }
 
 class Stage04 : public testing::TestWithParam<SplitCase> {};
 
@@ -100,22 +83,8 @@ void expect_exact_zero_padding(int num_splits) {
   const Problem p = make_problem(c.cfg, c.requests, c.opt);
   DeviceBatch db(p);
   stage04::forward(db.params(), nullptr, num_splits);
-  const std::vector<bf16> out = db.out.download();
-  const std::vector<float> lse = db.lse.download();
-  const int first_padding = p.meta.query_start_loc.back();
-  const size_t row_elems = static_cast<size_t>(c.cfg.num_q_heads) * c.cfg.head_dim;
-  ASSERT_EQ(first_padding + 3, p.meta.num_tokens);
-  for (int row = first_padding; row < p.meta.num_tokens; ++row) {
-    for (size_t e = 0; e < row_elems; ++e) {
-      uint16_t bits;
-      std::memcpy(&bits, &out[row * row_elems + e], sizeof(bits));
-      ASSERT_EQ(bits, 0u) << "padding row " << row << " element " << e << " is not exactly +0.0";
-    }
-    for (int h = 0; h < c.cfg.num_q_heads; ++h) {
-      const float l = lse[static_cast<size_t>(row) * c.cfg.num_q_heads + h];
-      ASSERT_TRUE(std::isinf(l) && l < 0) << "padding row " << row << " head " << h << ": lse " << l << ", want -inf";
-    }
-  }
+  ASSERT_EQ(p.meta.query_start_loc.back() + 3, p.meta.num_tokens);
+  expect_padding_rows_exact_zero(p, db);
 }
 
 TEST(Stage04Padding, ExactZerosOneSplit) { expect_exact_zero_padding(1); }
@@ -150,20 +119,7 @@ TEST(Stage04Errors, RejectsSlidingWindow) {
 }
 
 // The dispatch rule, on an H200's 132 SMs, where 4 decode tiles share an SM
-// (528 program slots). plan() reads only the sizes.
-AttentionParams sizes(int num_requests, int seq_len, int num_kv_heads = 8, int block_size = 16) {
-  AttentionParams p{};
-  p.batch.num_requests = num_requests;
-  p.batch.num_tokens = num_requests;
-  p.batch.max_query_len = 1;
-  p.batch.max_seq_len = seq_len;
-  p.batch.decode_only = true;
-  p.kv.num_kv_heads = num_kv_heads;
-  p.kv.block_size = block_size;
-  p.kv.head_dim = 128;
-  p.num_q_heads = 4 * num_kv_heads;
-  return p;
-}
+// (528 program slots). plan() reads only the sizes (decode_plan_sizes).
 constexpr int kH200Sms = 132;
 constexpr int kH200Slots = 4 * kH200Sms;  // decode tiles resident at once
 
@@ -176,20 +132,20 @@ void expect_covers(const AttentionParams& p, const stage04::SplitPlan& sp) {
 }
 
 TEST(Stage04Plan, ManyRequestsDoNotSplit) {
-  const AttentionParams p = sizes(64, 4096);  // 512 programs: ~4 per SM already
+  const AttentionParams p = decode_plan_sizes(64, 4096);  // 512 programs: ~4 per SM already
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 1) << "64 requests x 8 KV heads fill 132 SMs: splitting only adds merge work (TODO 4)";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, BatchBetweenOneAndTwoSlotsPerProgramDoesNotSplit) {
-  const AttentionParams p = sizes(48, 4096);  // 384 programs; 2 splits would make 768 > 528 slots
+  const AttentionParams p = decode_plan_sizes(48, 4096);  // 384 programs; 2 splits would make 768 > 528 slots
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 1) << "a second split would not fit in one wave of 4 programs per SM (TODO 4)";
 }
 
 TEST(Stage04Plan, OneLongRequestSplitsToTheCap) {
-  const AttentionParams p = sizes(1, 32768);  // 8 programs without splitting
+  const AttentionParams p = decode_plan_sizes(1, 32768);  // 8 programs without splitting
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_GE(8 * sp.num_splits, 2 * kH200Sms) << "1 x 32768 needs programs on every SM, several each (TODO 4)";
   EXPECT_EQ(sp.num_splits, 64) << "one wave would want 66 splits; at most 64 (TODO 4)";
@@ -198,7 +154,7 @@ TEST(Stage04Plan, OneLongRequestSplitsToTheCap) {
 }
 
 TEST(Stage04Plan, FourLongRequestsFillOneWave) {
-  const AttentionParams p = sizes(4, 32768);  // 32 programs without splitting
+  const AttentionParams p = decode_plan_sizes(4, 32768);  // 32 programs without splitting
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_LE(4 * 8 * sp.num_splits, kH200Slots) << "no more programs than the GPU holds at once (TODO 4)";
   EXPECT_GT(4 * 8 * (sp.num_splits + 1), kH200Slots) << "one more split would still fit (TODO 4)";
@@ -207,42 +163,42 @@ TEST(Stage04Plan, FourLongRequestsFillOneWave) {
 }
 
 TEST(Stage04Plan, SixteenLongRequestsFillOneWave) {
-  const AttentionParams p = sizes(16, 32768);  // 128 programs without splitting
+  const AttentionParams p = decode_plan_sizes(16, 32768);  // 128 programs without splitting
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 4) << "4 splits: 512 programs of 528 slots (TODO 4)";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, ShortContextDoesNotSplit) {
-  const AttentionParams p = sizes(1, 200);  // fewer keys than one split's minimum
+  const AttentionParams p = decode_plan_sizes(1, 200);  // fewer keys than one split's minimum
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 1) << "a 200-token context is shorter than one split's minimum of 256 keys (TODO 4)";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, MediumContextSplitsOnlyToTheMinimumSize) {
-  const AttentionParams p = sizes(1, 4096);  // one wave wants 66 splits, 256-key splits allow 16
+  const AttentionParams p = decode_plan_sizes(1, 4096);  // one wave wants 66 splits, 256-key splits allow 16
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 16) << "TODO 4";
   EXPECT_EQ(sp.blocks_per_split, 16) << "TODO 4";
 }
 
 TEST(Stage04Plan, VeryLongContextCapsTheSplitCount) {
-  const AttentionParams p = sizes(1, 1 << 20, 1, 16);  // one KV head: one wave would want 528 splits
+  const AttentionParams p = decode_plan_sizes(1, 1 << 20, 1, 16);  // one KV head: one wave would want 528 splits
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 64) << "TODO 4";
   expect_covers(p, sp);
 }
 
 TEST(Stage04Plan, BlockSizeOneCountsKeysNotBlocks) {
-  const AttentionParams p = sizes(1, 4096, 8, 1);
+  const AttentionParams p = decode_plan_sizes(1, 4096, 8, 1);
   const stage04::SplitPlan sp = stage04::plan(p, kH200Sms);
   EXPECT_EQ(sp.num_splits, 16) << "TODO 4";
   EXPECT_EQ(sp.blocks_per_split, 256) << "block size 1: 256 blocks are the 256-key minimum (TODO 4)";
 }
 
 TEST(Stage04Plan, FixedSplitCount) {
-  const AttentionParams p = sizes(2, 130);  // 9 blocks
+  const AttentionParams p = decode_plan_sizes(2, 130);  // 9 blocks
   const stage04::SplitPlan sp = stage04::plan_fixed(p, 8);
   EXPECT_EQ(sp.num_splits, 8);
   EXPECT_EQ(sp.blocks_per_split, 2);

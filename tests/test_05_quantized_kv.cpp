@@ -9,9 +9,7 @@
 //  - The write path: codes and scales at slot_mapping equal the host quantizer's.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include "common/quant.cuh"
 #include "tests/quant_checks.h"
@@ -19,40 +17,27 @@
 namespace pa::test {
 namespace {
 
-constexpr int kAuto = 0;  // num_splits 0: stage 05's own dispatch
-
 AttentionConfig qconfig(KvFormat f, int num_q_heads, int num_kv_heads, int head_dim, int block_size) {
   AttentionConfig c = config(num_q_heads, num_kv_heads, head_dim, block_size);
   c.kv_format = f;
   return c;
 }
 
-struct QuantCase {
-  Case c;
-  int num_splits;  // kAuto, or a forced split count (decode batches: the split path)
-};
-std::string quant_case_name(const testing::TestParamInfo<QuantCase>& info) { return info.param.c.name; }
-void PrintTo(const QuantCase& q, std::ostream* os) {
-  *os << q.c.name << " (" << q.c.cfg.describe() << ", num_splits " << q.num_splits << ")";
-}
-
 Forward run_stage05(int num_splits) {
   return [num_splits](const Problem&, DeviceBatch& db) { stage05::forward(db.params(), nullptr, num_splits); };
 }
 
-std::vector<RequestShape> ragged_decodes() { return {{1, 70}, {1, 130}, {1, 1}, {1, 33}}; }
-
-class Stage05 : public testing::TestWithParam<QuantCase> {};
+class Stage05 : public testing::TestWithParam<SplitCase> {};
 
 TEST_P(Stage05, MatchesOracleOnDequantizedCache) {
   expect_matches_oracle(GetParam().c, run_stage05(GetParam().num_splits));
 }
 
-std::vector<QuantCase> stage05_cases() {
-  std::vector<QuantCase> cases;
+std::vector<SplitCase> stage05_cases() {
+  std::vector<SplitCase> cases;
   for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
     const std::string n = f == KvFormat::int8 ? "Int8_" : "Fp8_";
-    const std::vector<QuantCase> per_format = {
+    const std::vector<SplitCase> per_format = {
         // The milestone batch (prefill chunk, prompts, decodes): stage 03's 128-row tile.
         {{n + "Milestone_MHA_D128_Block16", qconfig(f, 4, 4, 128, 16), milestone_requests()}, kAuto},
         {{n + "Milestone_Group3_D128_Block16", qconfig(f, 6, 2, 128, 16), milestone_requests()}, kAuto},
@@ -100,7 +85,7 @@ std::vector<QuantCase> stage05_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Stage05, testing::ValuesIn(stage05_cases()), quant_case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Stage05, testing::ValuesIn(stage05_cases()), split_case_name);
 
 // The bf16 cache through stage 05's dispatch is stage 03/04's kernel: same answer.
 TEST(Stage05Bf16, SameDispatchMatchesOracle) {
@@ -114,21 +99,7 @@ void expect_exact_zero_padding(KvFormat f, int num_splits) {
                                  BuildOptions{.padding_rows = 3});
   DeviceBatch db(p);
   stage05::forward(db.params(), nullptr, num_splits);
-  const std::vector<bf16> out = db.out.download();
-  const std::vector<float> lse = db.lse.download();
-  const int first_padding = p.meta.query_start_loc.back();
-  const size_t row_elems = static_cast<size_t>(p.cfg.num_q_heads) * p.cfg.head_dim;
-  for (int row = first_padding; row < p.meta.num_tokens; ++row) {
-    for (size_t e = 0; e < row_elems; ++e) {
-      uint16_t b;
-      std::memcpy(&b, &out[row * row_elems + e], sizeof(b));
-      ASSERT_EQ(b, 0u) << name(f) << ": padding row " << row << " element " << e << " is not exactly +0.0";
-    }
-    for (int h = 0; h < p.cfg.num_q_heads; ++h) {
-      const float l = lse[static_cast<size_t>(row) * p.cfg.num_q_heads + h];
-      ASSERT_TRUE(std::isinf(l) && l < 0) << name(f) << ": padding row " << row << " head " << h << ": lse " << l;
-    }
-  }
+  expect_padding_rows_exact_zero(p, db, std::string(name(f)) + ": ");
 }
 TEST(Stage05Padding, ExactZerosInt8OneSplit) { expect_exact_zero_padding(KvFormat::int8, 1); }
 TEST(Stage05Padding, ExactZerosFp8EightSplits) { expect_exact_zero_padding(KvFormat::fp8_e4m3, 8); }

@@ -1,16 +1,10 @@
 // Stage 06: sliding-window attention. A query at q_pos sees keys k_pos <= q_pos
 // with q_pos - k_pos < window; the key loop starts at the window's first block,
 // split-KV splits only the window. The fp64 oracle applies the same rule.
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-
 #include "tests/harness.h"
 
 namespace pa::test {
 namespace {
-
-constexpr int kAuto = 0;  // num_splits 0: stage 06's own dispatch
 
 AttentionConfig wconfig(int num_q_heads, int num_kv_heads, int head_dim, int block_size, int window,
                         KvFormat f = KvFormat::bf16) {
@@ -20,28 +14,17 @@ AttentionConfig wconfig(int num_q_heads, int num_kv_heads, int head_dim, int blo
   return c;
 }
 
-struct WindowCase {
-  Case c;
-  int num_splits;
-};
-std::string window_case_name(const testing::TestParamInfo<WindowCase>& info) { return info.param.c.name; }
-void PrintTo(const WindowCase& w, std::ostream* os) {
-  *os << w.c.name << " (" << w.c.cfg.describe() << ", num_splits " << w.num_splits << ")";
-}
-
 Forward run_stage06(int num_splits) {
   return [num_splits](const Problem&, DeviceBatch& db) { stage06::forward(db.params(), nullptr, num_splits); };
 }
 
-std::vector<RequestShape> ragged_decodes() { return {{1, 70}, {1, 130}, {1, 1}, {1, 33}}; }
-
-class Stage06 : public testing::TestWithParam<WindowCase> {};
+class Stage06 : public testing::TestWithParam<SplitCase> {};
 
 TEST_P(Stage06, MatchesOracle) { expect_matches_oracle(GetParam().c, run_stage06(GetParam().num_splits)); }
 
-std::vector<WindowCase> stage06_cases() {
+std::vector<SplitCase> stage06_cases() {
   using F = KvFormat;
-  std::vector<WindowCase> cases = {
+  std::vector<SplitCase> cases = {
       // Window 1: every query sees only its own key (prefill tiles and decodes).
       {{"Window1_Milestone_Group4", wconfig(8, 2, 128, 16, 1), milestone_requests()}, kAuto},
       {{"Window1_Decodes_Splits3", wconfig(8, 2, 64, 16, 1), ragged_decodes()}, 3},
@@ -87,27 +70,14 @@ std::vector<WindowCase> stage06_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Stage06, testing::ValuesIn(stage06_cases()), window_case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Stage06, testing::ValuesIn(stage06_cases()), split_case_name);
 
 void expect_exact_zero_padding(int num_splits) {
   const Problem p = make_problem(wconfig(8, 2, 64, 16, 9), {{0, 0}, {1, 40}, {0, 0}, {2, 9}},
                                  BuildOptions{.padding_rows = 3});
   DeviceBatch db(p);
   stage06::forward(db.params(), nullptr, num_splits);
-  const std::vector<bf16> out = db.out.download();
-  const std::vector<float> lse = db.lse.download();
-  const size_t row_elems = static_cast<size_t>(p.cfg.num_q_heads) * p.cfg.head_dim;
-  for (int row = p.meta.query_start_loc.back(); row < p.meta.num_tokens; ++row) {
-    for (size_t e = 0; e < row_elems; ++e) {
-      uint16_t b;
-      std::memcpy(&b, &out[row * row_elems + e], sizeof(b));
-      ASSERT_EQ(b, 0u) << "padding row " << row << " element " << e << " is not exactly +0.0";
-    }
-    for (int h = 0; h < p.cfg.num_q_heads; ++h) {
-      const float l = lse[static_cast<size_t>(row) * p.cfg.num_q_heads + h];
-      ASSERT_TRUE(std::isinf(l) && l < 0) << "padding row " << row << " head " << h << ": lse " << l;
-    }
-  }
+  expect_padding_rows_exact_zero(p, db);
 }
 TEST(Stage06Padding, ExactZerosPrefillTile) { expect_exact_zero_padding(kAuto); }
 
@@ -130,16 +100,7 @@ TEST(Stage06Bytes, WindowedDecodeReadsOneEighth) {
 // The split plan over the window: 1 x 32768 with a 4096 window on 132 SMs splits
 // the window's 257 blocks (4096 + 15 keys), not the context's 2048.
 TEST(Stage06Plan, SplitsOnlyTheWindow) {
-  AttentionParams p{};
-  p.batch.num_requests = 1;
-  p.batch.num_tokens = 1;
-  p.batch.max_query_len = 1;
-  p.batch.max_seq_len = 32768;
-  p.batch.decode_only = true;
-  p.kv.num_kv_heads = 8;
-  p.kv.block_size = 16;
-  p.kv.head_dim = 128;
-  p.num_q_heads = 32;
+  AttentionParams p = decode_plan_sizes(1, 32768);  // 8 KV heads, 32 query heads, block 16, head_dim 128
   p.window = 4096;
   const stage04::SplitPlan sp = stage06::plan(p, 132);
   EXPECT_GE(sp.num_splits * sp.blocks_per_split * 16, 4096 + 15) << "the splits must cover the window's span";
