@@ -7,11 +7,11 @@
 //    once, on write, through slot_mapping: scale = max|x| / 127 (int8) or / 448
 //    (e4m3), code = x / scale rounded (common/quant.cuh is the rule, written once
 //    for the host too; the tests compare bit for bit).
-//  - Read path: stage 03's kernel with the QuantizedKv policy
-//    (quantized_kv.cuh): code tiles and scales stream through the cp.async ring,
-//    codes become bf16 in registers, scales are applied in fp32 to S and P.
-//    Decode batches that the split plan splits run stage 04's splits with the
-//    same policy; everything else runs stage 03's whole-context tiles.
+//  - Read path: stage 03's tile over code tiles (quantized_tile.cuh): codes and
+//    scales stream through the cp.async ring, codes become fp16 operands in
+//    registers (quantized_kv.cuh), scales are applied in fp32 to S and P.
+//    Decode batches that stage 04's plan splits run its splits with the same
+//    tile; everything else runs whole query tiles.
 #include <string>
 
 #include "common/batch_ops.h"
@@ -20,9 +20,7 @@
 #include "common/stages.h"
 #include "common/todo.cuh"
 #include "quantized_kv.cuh"
-// At stage 05 the learner has finished stages 03 and 04: their kernels are used as written there.
-#include "solutions/03_gqa_packing/gqa_packing.cuh"
-#include "solutions/04_split_kv/split_kv.cuh"
+#include "quantized_tile.cuh"
 
 namespace pa::stage05 {
 namespace {
@@ -94,10 +92,12 @@ __global__ void __launch_bounds__(32 * WRITE_WARPS)
   }
 }
 
-// Stage 03's shape rules, plus this stage's: causal only.
+// Stage 03's shape rules, plus this stage's: causal only, and an 8-bit cache has its codes and scales.
 stage03::Packing validate(const AttentionParams& p) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 05 implements causal attention over 8-bit caches: no sliding window (stage 06), no sinks");
+  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
+             std::string("stage 05: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
   return stage03::checked_packing(p, "05");
 }
 
@@ -125,16 +125,17 @@ void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream,
 
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   const stage03::Packing pk = validate(p);
-  using stage04::forward_splits_or_tiles;
+  const int span = p.batch.max_seq_len;
+  using Causal = stage03::CausalMask;
   switch (p.kv.format) {
     case KvFormat::int8:
-      forward_splits_or_tiles<QuantizedKv<KvFormat::int8>, stage03::CausalMask>(p, pk, stream, num_splits, "05");
+      run_splits_or_tiles<QuantizedTiles<KvFormat::int8>, Causal>(p, pk, stream, num_splits, span);
       break;
     case KvFormat::fp8_e4m3:
-      forward_splits_or_tiles<QuantizedKv<KvFormat::fp8_e4m3>, stage03::CausalMask>(p, pk, stream, num_splits, "05");
+      run_splits_or_tiles<QuantizedTiles<KvFormat::fp8_e4m3>, Causal>(p, pk, stream, num_splits, span);
       break;
     case KvFormat::bf16:  // the baseline, same dispatch
-      forward_splits_or_tiles<stage03::Bf16Kv, stage03::CausalMask>(p, pk, stream, num_splits, "05");
+      run_splits_or_tiles<stage03::Bf16Tiles, Causal>(p, pk, stream, num_splits, span);
       break;
   }
   clear_padding_rows(p, stream);

@@ -27,7 +27,7 @@ template <int HEAD_DIM>
 __global__ void __launch_bounds__(NUM_THREADS) fused_paged_kernel(AttentionParams p) {
   constexpr int DIMS_PER_LANE = HEAD_DIM / 32;  // lane owns dims lane, lane+32, ...
   constexpr int CHUNKS = HEAD_DIM / 8;          // 16-byte chunks per K/V row
-  __shared__ float q_s[BLOCK_Q][HEAD_DIM];                    // scaled queries of the tile
+  __shared__ float q_s[BLOCK_Q][HEAD_DIM];                    // queries of the tile, scaled to log2 units
   __shared__ __align__(16) bf16 k_s[TILE_K][HEAD_DIM];        // one K tile
   __shared__ __align__(16) bf16 v_s[TILE_K][HEAD_DIM];        // one V tile
   __shared__ float p_s[BLOCK_Q][TILE_K];                      // softmax weights, per warp
@@ -49,9 +49,11 @@ __global__ void __launch_bounds__(NUM_THREADS) fused_paged_kernel(AttentionParam
   const int kv_end = 0;  // placeholder: no keys at all
   if (threadIdx.x == 0) PA_TODO(2);
 
+  // Scores in the shared state's log2 units: q * softmax_scale * log2(e), so each weight is one exp2.
+  const float scale_log2 = p.softmax_scale * LOG2E;
   if (row_valid) {
     for (int d = lane; d < HEAD_DIM; d += 32) {
-      q_s[warp][d] = __bfloat162float(p.q[q_row * HEAD_DIM + d]) * p.softmax_scale;
+      q_s[warp][d] = __bfloat162float(p.q[q_row * HEAD_DIM + d]) * scale_log2;
     }
   }
   SoftmaxState<DIMS_PER_LANE> state;
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(NUM_THREADS) fused_paged_kernel(AttentionParam
   }
 
   if (!row_valid) return;
-  // TODO 5: finish the row: out = o / l (exact 0 for an empty row), lse = m + log(l)
+  // TODO 5: finish the row: out = o / l (exact 0 for an empty row), lse = m + log(l) in natural-log units (the state knows how)
   for (int i = 0; i < DIMS_PER_LANE; ++i) p.out[q_row * HEAD_DIM + lane + 32 * i] = __float2bfloat16(0.0f);
   if (p.lse != nullptr && lane == 0) p.lse[q_row] = 0.0f;
   if (lane == 0) PA_TODO(5);

@@ -1,7 +1,5 @@
-// Stage 04's split-KV machinery: the `Splits` slice policy of stage 03's kernel,
-// the merge kernel and the dispatch rule. In a header so that stages 05 and 06
-// run the same splits over 8-bit caches and sliding windows; split_kv.cu is the
-// stage's launcher (bf16 caches, no window).
+// Stage 04's split-KV machinery: the `Splits` slice policy of stage 03's tile,
+// the merge kernel and the dispatch rule; split_kv.cu is the stage's launcher.
 //
 // A decode batch has one query token per request, so stage 03's grid has only
 // requests x KV heads programs: 4 requests x 8 KV heads = 32 programs for 132
@@ -12,49 +10,50 @@
 // normalized partial output with its log-sum-exp; a second kernel merges the
 // splits with SoftmaxState::merge. With one split the tile writes the final
 // output itself and no merge runs.
+//
+// Later stages run the same splits with their own tile family (stage 05's 8-bit
+// tiles) and key span (stage 06's window): launch_splits and forward_splits take
+// both as arguments, so this file holds only split-KV.
 #pragma once
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "common/batch_ops.h"
 #include "common/check.h"
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
-// At stage 04 the learner has finished stage 03: its kernel is used as written there.
+// Stage 04 builds on the reference solution of stage 03 (its tile, as written there).
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 
 namespace pa::stage04 {
 // Internal linkage, like stage 03's kernel: stages 04-06 each instantiate it.
 namespace {
 
-using stage03::DecodeTilingFor;
 using stage03::KeyRange;
 
 constexpr int MAX_SPLITS = 64;           // partials per row stay small next to the cache
 constexpr int MIN_KEYS_PER_SPLIT = 256;  // below this a split costs more in merge than it saves
 constexpr int MERGE_THREADS = 128;
 
-// Decode tiles an SM holds at once. Shared memory decides: Q + a 3-stage K/V
-// ring is 50-56 KB (head_dim 64-256) plus 1 KB the hardware reserves per block;
-// Hopper has 228 KB per SM. Registers do not limit the one-warp bf16 program,
-// nor stage 05's two-warp 8-bit decode tile (4 x 64 threads x 255 registers
-// fill the 64K of an SM exactly; gqa_packing.cuh's DecodeTilingFor).
+// Decode tiles an SM holds at once: the H100/H200 figure. Shared memory decides
+// there: Q + a 3-stage K/V ring is 50-56 KB (head_dim 64-256) plus 1 KB the
+// hardware reserves per block, against 228 KB per SM on Hopper. Registers do
+// not limit the one-warp bf16 program. (Other GPUs hold fewer; the rule stays
+// right in spirit, only the wave count it aims for is off.)
 constexpr int PROGRAMS_PER_SM = 4;
-constexpr size_t SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
-template <int HEAD_DIM, KvFormat F>
+constexpr size_t HOPPER_SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
+template <class Tiles, int HEAD_DIM>
 constexpr bool fits_per_sm() {
-  return PROGRAMS_PER_SM * (stage03::smem_bytes<DecodeTilingFor<HEAD_DIM, F>, F>() + SMEM_RESERVED_PER_BLOCK) <=
-         SMEM_PER_SM;
+  using T = typename Tiles::template Decode<HEAD_DIM>;
+  return PROGRAMS_PER_SM * (Tiles::template smem_bytes<T>() + SMEM_RESERVED_PER_BLOCK) <= HOPPER_SMEM_PER_SM;
 }
-static_assert(fits_per_sm<64, KvFormat::bf16>() && fits_per_sm<128, KvFormat::bf16>() &&
-                  fits_per_sm<256, KvFormat::bf16>() && fits_per_sm<64, KvFormat::int8>() &&
-                  fits_per_sm<128, KvFormat::int8>() && fits_per_sm<256, KvFormat::int8>(),
-              "PROGRAMS_PER_SM decode tiles must fit");
+static_assert(fits_per_sm<stage03::Bf16Tiles, 64>() && fits_per_sm<stage03::Bf16Tiles, 128>() &&
+                  fits_per_sm<stage03::Bf16Tiles, 256>(),
+              "PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
 
 // The slice policy of stage 03's kernel for split-KV, and the partials that the
 // merge kernel reads. blockIdx.x of the tile kernel is the split.
@@ -113,7 +112,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
 
   SoftmaxState<4> acc;  // this thread's splits so far, dims [chunk * 4, chunk * 4 + 4)
   acc.init();
-  // TODO 3: merge the partials with SoftmaxState::merge: split s is the state (m = lse_s, l = 1, o = o_s)
+  // TODO 3: merge the partials with SoftmaxState::merge: split s is the state SoftmaxState<4>::partial(lse_s, o_s)
   (void)split_stride, (void)BATCH, (void)part;
   if (threadIdx.x == 0) PA_TODO(3);
 
@@ -177,55 +176,74 @@ void require_decode_batch(const AttentionParams& p) {
   PA_CHECK(cudaMemcpy(starts.data(), p.batch.query_start_loc, starts.size() * sizeof(int), cudaMemcpyDeviceToHost));
   for (int r = 0; r < p.batch.num_requests; ++r) {
     const int q_len = starts[r + 1] - starts[r];
-    PA_REQUIRE(q_len <= 1, "stage 04 (split-KV) serves decode batches only (every q_len <= 1): request " +
+    PA_REQUIRE(q_len <= 1, "split-KV (stage 04) serves decode-only batches (every q_len <= 1): request " +
                                std::to_string(r) + " has " + std::to_string(q_len) +
-                               " queries; run prefill chunks and prompts through stage 02 or 03");
+                               " queries; run prefill chunks and prompts through whole query tiles (stage 03)");
   }
 }
 
-// One decode tile per (split, KV head, request): a q_len <= 1 row of GROUP_PAD
-// <= 8 heads always fits its 16 rows. Then, with several splits, the merge.
-// Kv / Mask: the cache format and mask policies (stage 05, stage 06).
-template <int HEAD_DIM, class Kv, class Mask>
+// Throws, before any launch, unless `sp` is a plan this launcher can run over
+// `span_keys` keys: 1..MAX_SPLITS splits of >= 1 block that together cover the span.
+void check_plan(const SplitPlan& sp, int span_keys, int block_size) {
+  PA_REQUIRE(sp.num_splits >= 1 && sp.num_splits <= MAX_SPLITS,
+             "split-KV: the plan has " + std::to_string(sp.num_splits) + " splits; it needs 1.." +
+                 std::to_string(MAX_SPLITS) + " (clamp the rule's result)");
+  PA_REQUIRE(sp.blocks_per_split >= 1, "split-KV: the plan has " + std::to_string(sp.blocks_per_split) +
+                                           " blocks per split; a split needs at least one block");
+  PA_REQUIRE(static_cast<long long>(sp.num_splits) * sp.blocks_per_split * block_size >= span_keys,
+             "split-KV: the plan's " + std::to_string(sp.num_splits) + " splits x " +
+                 std::to_string(sp.blocks_per_split) + " blocks do not cover the " + std::to_string(span_keys) +
+                 " keys of the longest request");
+}
+
+// One decode tile of family Tiles per (split, KV head, request): a q_len <= 1
+// row of GROUP_PAD <= 8 heads always fits its 16 rows. Then, with several
+// splits, the merge.
+template <int HEAD_DIM, class Tiles, class Mask>
 void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream) {
-  using T = DecodeTilingFor<HEAD_DIM, Kv::FORMAT>;
+  using T = typename Tiles::template Decode<HEAD_DIM>;
   const dim3 grid(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
-  launch(stage03::gqa_packing_kernel<T, Splits, Kv, Mask>, grid, dim3(T::NUM_THREADS),
-         stage03::smem_bytes<T, Kv::FORMAT>(), stream, p, pk, part);
+  Tiles::template launch_tile<T, Splits, Mask>(p, pk, part, grid, stream);
   if (part.num_splits > 1) {
     launch(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
            p, part);
   }
 }
 
-// The keys the longest request's decode reads: all of max_seq_len, or with a
-// sliding window (stage 06) at most window + block_size - 1 (the loop starts on
-// the block holding the window's first key). Splits cut only this span.
-int span_keys(const AttentionParams& p) {
-  return p.window > 0 ? std::min(p.batch.max_seq_len, p.window + p.kv.block_size - 1) : p.batch.max_seq_len;
-}
-int max_blocks(const AttentionParams& p) { return std::max(1, ceil_div(span_keys(p), p.kv.block_size)); }
+int max_blocks(int span_keys, int block_size) { return std::max(1, ceil_div(span_keys, block_size)); }
 
-SplitPlan plan_fixed_rule(const AttentionParams& p, int num_splits) {
+SplitPlan plan_fixed_rule(int span_keys, int block_size, int num_splits) {
   PA_REQUIRE(num_splits >= 1 && num_splits <= MAX_SPLITS,
              "split-KV: num_splits " + std::to_string(num_splits) + " is outside 1.." + std::to_string(MAX_SPLITS));
-  return SplitPlan{num_splits, ceil_div(max_blocks(p), num_splits)};
+  return SplitPlan{num_splits, ceil_div(max_blocks(span_keys, block_size), num_splits)};
 }
 
-SplitPlan plan_rule(const AttentionParams& p, int num_sms) {
-  const int num_blocks = max_blocks(p);
-  const int keys = span_keys(p);  // max_seq_len, or the window's span (stage 06)
+// The dispatch rule over the keys the longest request reads (span_keys: its
+// seq_len here; stage 06 passes its window's span).
+SplitPlan plan_rule(const AttentionParams& p, int num_sms, int span_keys) {
+  const int num_blocks = max_blocks(span_keys, p.kv.block_size);
   const int programs = std::max(1, p.batch.num_requests * p.kv.num_kv_heads);  // without splitting
-  // TODO 4: the dispatch rule: as many splits as fit in one wave of PROGRAMS_PER_SM per SM, each >= MIN_KEYS_PER_SPLIT keys, at most MAX_SPLITS
-  (void)num_blocks, (void)keys, (void)programs, (void)num_sms, (void)MIN_KEYS_PER_SPLIT, (void)PROGRAMS_PER_SM;
+  // TODO 4: the split count: as many splits as fit in one wave of PROGRAMS_PER_SM per SM, each >= MIN_KEYS_PER_SPLIT keys, clamped to 1..MAX_SPLITS
+  (void)programs, (void)num_sms, (void)MIN_KEYS_PER_SPLIT, (void)PROGRAMS_PER_SM;
   PA_TODO_HOST(4, "04_split_kv");
+  const int num_splits = 0;
+  PA_REQUIRE(num_splits >= 1 && num_splits <= MAX_SPLITS,
+             "stage 04 plan(): the rule gave " + std::to_string(num_splits) + " splits; clamp it to 1.." +
+                 std::to_string(MAX_SPLITS) + " (a context shorter than 256 keys still needs one split)");
+  // Whole blocks per split; rounding up may leave the last split empty, so drop it.
+  const int blocks_per_split = ceil_div(num_blocks, num_splits);
+  return SplitPlan{ceil_div(num_blocks, blocks_per_split), blocks_per_split};
 }
 
-// Plans, fills the workspace and launches the split kernels for a validated
-// decode-only batch. num_splits 0 = plan_rule from the SM count.
-template <class Kv, class Mask>
-void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits) {
-  const SplitPlan sp = num_splits == 0 ? plan_rule(p, sm_count()) : plan_fixed_rule(p, num_splits);
+// Plans (num_splits 0: plan_rule from the SM count), checks the plan, fills the
+// workspace and launches the split kernels of family Tiles for a validated
+// decode-only batch.
+template <class Tiles, class Mask>
+void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
+                    int span_keys) {
+  const SplitPlan sp = num_splits == 0 ? plan_rule(p, sm_count(), span_keys)
+                                       : plan_fixed_rule(span_keys, p.kv.block_size, num_splits);
+  check_plan(sp, span_keys, p.kv.block_size);
   Splits part{nullptr, nullptr, sp.num_splits, sp.blocks_per_split * p.kv.block_size};
   if (sp.num_splits > 1) {
     const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
@@ -235,32 +253,8 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
     part.part_o = ws.o.data();
     part.part_lse = ws.lse.data();
   }
-  switch (p.kv.head_dim) {
-    case 64: launch_splits<64, Kv, Mask>(p, pk, part, stream); break;
-    case 128: launch_splits<128, Kv, Mask>(p, pk, part, stream); break;
-    case 256: launch_splits<256, Kv, Mask>(p, pk, part, stream); break;
-    default: throw Error("split-KV: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
-  }
-}
-
-// Stages 05 and 06 serve any batch: decode-only batches that the split plan
-// splits (or any forced split count) take the splits above, everything else
-// stage 03's whole-context tiles, with the stage's Kv and Mask policies.
-template <class Kv, class Mask>
-void forward_splits_or_tiles(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
-                             int num_splits, const char* stage) {
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  PA_REQUIRE(num_splits == 0 || decode_only, std::string("stage ") + stage +
-                                                 ": a forced split count needs a decode-only batch (every q_len <= 1)");
-  if (decode_only && (num_splits > 0 || plan_rule(p, sm_count()).num_splits > 1)) {
-    forward_splits<Kv, Mask>(p, pk, stream, num_splits);
-    return;
-  }
-  switch (p.kv.head_dim) {
-    case 64: stage03::dispatch_whole_context<64, Kv, Mask>(p, pk, stream); break;
-    case 128: stage03::dispatch_whole_context<128, Kv, Mask>(p, pk, stream); break;
-    default: stage03::dispatch_whole_context<256, Kv, Mask>(p, pk, stream); break;
-  }
+  stage03::with_head_dim(p.kv.head_dim,
+                         [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, stream); });
 }
 
 }  // namespace

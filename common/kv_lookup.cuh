@@ -1,0 +1,45 @@
+// The paged cache's address arithmetic, written once: request r's key at
+// position kv_pos lives in block block_table[r][kv_pos / block_size], offset
+// kv_pos % block_size; slot = block * block_size + offset; and KV head h's row
+// of that slot is cache row slot * num_kv_heads + h (of [num_blocks *
+// block_size * num_kv_heads] rows, head_dim values each).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention_params.h"
+#include "cuda_compat.cuh"
+
+namespace pa {
+
+struct KvLookup {
+  const int* table;  // [max_blocks_per_seq]  this request's physical block ids
+  int block_shift;   // log2(block_size)
+  int num_kv_heads;
+  int kv_head;
+
+  __device__ __forceinline__ KvLookup(const AttentionParams& p, int r, int block_shift_, int kv_head_)
+      : table(p.batch.block_table + static_cast<size_t>(r) * p.batch.max_blocks_per_seq),
+        block_shift(block_shift_),
+        num_kv_heads(p.kv.num_kv_heads),
+        kv_head(kv_head_) {}
+
+  // The block-table entry of the block holding kv_pos.
+  __device__ __forceinline__ int entry(int kv_pos) const { return table[kv_pos >> block_shift]; }
+  // kv_pos's slot, given its block's entry (32 bits: num_blocks * block_size < 2^32).
+  __device__ __forceinline__ uint32_t slot(int entry_of_block, int kv_pos) const {
+    return (static_cast<uint32_t>(entry_of_block) << block_shift) + (kv_pos & ((1 << block_shift) - 1));
+  }
+  // This KV head's row of a slot.
+  __device__ __forceinline__ size_t head_row_of_slot(uint32_t s) const {
+    return static_cast<size_t>(s) * num_kv_heads + kv_head;
+  }
+  // This KV head's cache row of key kv_pos.
+  __device__ __forceinline__ size_t head_row(int kv_pos) const {
+    const size_t s = (static_cast<size_t>(entry(kv_pos)) << block_shift) + (kv_pos & ((1 << block_shift) - 1));
+    return s * num_kv_heads + kv_head;
+  }
+};
+
+}  // namespace pa
