@@ -115,7 +115,7 @@ template <int HEAD_DIM>
 __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionParams p, Splits part) {
   constexpr int CHUNKS = HEAD_DIM / 4;                 // float4 per row: 16, 32, 64
   constexpr int SPLIT_LANES = MERGE_THREADS / CHUNKS;  // splits read side by side: 8, 4, 2
-  constexpr int BATCH = 4;                             // splits per thread in flight
+  constexpr int BATCH = 8;                             // splits per thread in flight
   __shared__ float m_s[SPLIT_LANES];
   __shared__ __align__(16) float o_s[SPLIT_LANES][HEAD_DIM];
   __shared__ float l_s[SPLIT_LANES];
@@ -133,16 +133,16 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
   for (int s0 = split_lane; s0 < part.num_splits; s0 += SPLIT_LANES * BATCH) {
     float lse_b[BATCH];
     float4 o_b[BATCH];
+    // Every load is issued before the first merge: a split past num_splits
+    // reads the last split (in bounds, finite) and is given lse -inf, so no
+    // load waits behind a branch.
 #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
       const int s = s0 + b * SPLIT_LANES;
-      lse_b[b] = -INFINITY;
-      o_b[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (s < part.num_splits) {
-        const size_t part_row = s * split_stride + q_row;
-        lse_b[b] = part.part_lse[part_row];
-        o_b[b] = *reinterpret_cast<const float4*>(part.part_o + part_row * HEAD_DIM + chunk * 4);
-      }
+      const size_t part_row = min(s, part.num_splits - 1) * split_stride + q_row;
+      lse_b[b] = part.part_lse[part_row];
+      o_b[b] = *reinterpret_cast<const float4*>(part.part_o + part_row * HEAD_DIM + chunk * 4);
+      if (s >= part.num_splits) lse_b[b] = -INFINITY;
     }
 #pragma unroll
     for (int b = 0; b < BATCH; ++b) {

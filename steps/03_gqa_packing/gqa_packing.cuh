@@ -36,94 +36,12 @@
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/todo.cuh"
+#include "gqa_shapes.cuh"
 
 namespace pa::stage03 {
 // Internal linkage: stages 03-06 each instantiate these templates in their own
 // library, and the benchmark links them all.
 namespace {
-
-constexpr int MAX_GROUP = 8;
-
-// A tile shape, by name. A program is ROW_WARPS x KV_WARPS warps: each row warp
-// owns 16 tile rows; KV_WARPS warps share those rows and split every K/V tile's
-// keys (stage 05's 8-bit decode tile; bf16 tiles have one).
-template <class Shape>
-struct Tiling : Shape {
-  using Shape::HEAD_DIM, Shape::ROW_WARPS, Shape::KV_WARPS, Shape::TILE_K, Shape::STAGES;
-  // Programs an SM must be able to hold at once (__launch_bounds__): caps the
-  // registers per thread at 65536 / (MIN_PROGRAMS_PER_SM * NUM_THREADS).
-  using Shape::MIN_PROGRAMS_PER_SM;
-  static constexpr int NUM_WARPS = ROW_WARPS * KV_WARPS;
-  static constexpr int NUM_THREADS = NUM_WARPS * 32;
-  static constexpr int ROWS = ROW_WARPS * 16;       // tile rows: 16 per row warp, the MMA's M
-  static constexpr int WARP_K = TILE_K / KV_WARPS;  // keys of a tile one warp computes
-  static constexpr int CHUNKS = HEAD_DIM / 8;       // 16-byte chunks of a bf16 row
-  static constexpr int Q_ELEMS = ROWS * HEAD_DIM;
-  static constexpr int KV_ELEMS = TILE_K * HEAD_DIM;  // one K (or V) tile
-
-  static_assert(WARP_K % 16 == 0 && WARP_K * KV_WARPS == TILE_K,
-                "a warp's keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
-  static_assert(HEAD_DIM % 64 == 0, "the swizzle XORs 3 bits of the chunk index: rows need >= 8 chunks");
-};
-
-// Decode-like batches (every request's tile fits 16 rows: decodes, short verify
-// blocks) get one warp per program, so 64 decodes x 8 KV heads make 512 small
-// programs. Each keeps 2 K/V tiles of 8 KB in flight (4096 bytes per K or V tile
-// at every head_dim); its shared memory (Q + 3 stages: 50-56 KB) lets 4 programs
-// share an SM. Stage 04 runs this tile too.
-template <int HEAD_DIM_>
-struct DecodeShape {
-  static constexpr int HEAD_DIM = HEAD_DIM_, ROW_WARPS = 1, KV_WARPS = 1, TILE_K = 4096 / HEAD_DIM, STAGES = 3;
-  static constexpr int MIN_PROGRAMS_PER_SM = 1;
-};
-// Everything else gets 128-row programs with 64-key tiles (32 for head_dim 256);
-// their registers (~220 per lane) allow one program per SM anyway, so the shared
-// memory for a third stage (128 KB in all for head_dim 128) costs nothing.
-template <int HEAD_DIM_>
-struct PrefillShape {
-  static constexpr int HEAD_DIM = HEAD_DIM_, ROW_WARPS = 8, KV_WARPS = 1, TILE_K = HEAD_DIM <= 128 ? 64 : 32;
-  static constexpr int STAGES = 3, MIN_PROGRAMS_PER_SM = 1;
-};
-
-// Kernel arguments derived on the host once per launch (checked_packing()).
-struct Packing {
-  int group;         // query heads per KV head, 1..8
-  int group_shift;   // log2(GROUP_PAD): row m holds token m >> group_shift, head m & (GROUP_PAD - 1)
-  int block_shift;   // log2(block_size)
-  float scale_log2;  // softmax_scale * log2(e): scores in the shared state's log2 units
-};
-
-// Smallest s with 2^s >= x.
-inline int log2_ceil(int x) {
-  int s = 0;
-  while ((1 << s) < x) ++s;
-  return s;
-}
-
-// What every launcher of these tiles (stages 03-08) requires of the batch's
-// shape, checked on the host before any launch; returns the kernel's Packing.
-// Each stage adds its own feature checks (format, window, sinks) on top.
-inline Packing checked_packing(const AttentionParams& p, const char* stage) {
-  const std::string who = std::string("stage ") + stage;
-  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
-             who + ": num_q_heads (" + std::to_string(p.num_q_heads) + ") must be a multiple of num_kv_heads (" +
-                 std::to_string(p.kv.num_kv_heads) + ")");
-  const int group = p.num_q_heads / p.kv.num_kv_heads;
-  PA_REQUIRE(group >= 1 && group <= MAX_GROUP,
-             who + " packs GQA groups of 1.." + std::to_string(MAX_GROUP) + " query heads per KV head; got group " +
-                 std::to_string(group) + " (num_q_heads " + std::to_string(p.num_q_heads) + ", num_kv_heads " +
-                 std::to_string(p.kv.num_kv_heads) + ")");
-  PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
-             who + ": block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
-             who + ": head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
-  return Packing{group, log2_ceil(group), log2_ceil(p.kv.block_size), p.softmax_scale * LOG2E};
-}
-
-// Keys [begin, end) of one program; end <= begin: none (no tile is loaded).
-struct KeyRange {
-  int begin, end;
-};
 
 // The query tile a program owns, and where its rows come from.
 struct QueryTile {

@@ -98,7 +98,7 @@ template <int HEAD_DIM>
 __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionParams p, Splits part) {
   constexpr int CHUNKS = HEAD_DIM / 4;                 // float4 per row: 16, 32, 64
   constexpr int SPLIT_LANES = MERGE_THREADS / CHUNKS;  // splits read side by side: 8, 4, 2
-  constexpr int BATCH = 4;                             // splits per thread in flight
+  constexpr int BATCH = 8;                             // splits per thread in flight
   __shared__ float m_s[SPLIT_LANES];
   __shared__ __align__(16) float o_s[SPLIT_LANES][HEAD_DIM];
   __shared__ float l_s[SPLIT_LANES];
