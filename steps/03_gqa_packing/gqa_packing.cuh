@@ -21,6 +21,7 @@
 //    stage 04's Splits reads one split and writes a partial.
 //  - Mask: which keys each row sees. Here CausalMask; stage 06 adds a window.
 // Stage 05's 8-bit kernel is its own kernel built from the same pieces.
+// gqa_shapes.cuh holds the tile shapes and the host-side batch checks.
 #pragma once
 
 #include <algorithm>
