@@ -15,33 +15,83 @@ function(pa_add_cu_test)
   set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
 endfunction()
 
+# The learner's skeletons, all of them: `cmake --build --preset steps` builds this.
+add_custom_target(all_steps)
+
 # pa_add_stage(NN_name)
-# Builds the stage twice, from steps/NN_name (the learner's skeleton) and from
-# solutions/NN_name, each with its own copy of tests/test_NN_name.cpp:
-#   test_NN_name_steps      labels: steps;stepNN      (fails until the TODOs are done)
-#   test_NN_name_solutions  labels: solutions;stepNN  (must pass)
-#   skeleton_fails_cleanly_NN_name  label: skeleton-check
-#       runs the skeleton's tests and passes only if they fail the way a learner
-#       should see them fail: gtest failures that name a TODO, no crash, no hang.
+# Builds the stage's kernels from two or three places, each linked with the same
+# compiled tests/test_NN_name.cpp:
+#   test_NN_name_solutions  from solutions/NN_name          labels: solutions;stepNN
+#       the complete stage: part of the test suite, must pass.
+#   test_NN_name_steps      from steps/NN_name              labels: steps;stepNN
+#       the learner's own code: fails until the TODOs are done. Built only on
+#       request (`bash cmake/course.sh step NN`), so the suite never depends on
+#       work in progress.
+#   skeleton_fails_cleanly_NN_name                           label: skeleton-check
+#       (CPU flavor) the skeleton that cmake/make_skeletons.py generates from
+#       solutions/NN_name into the build directory: its tests must fail the way a
+#       learner should see them fail (gtest failures that name a TODO, no crash,
+#       no hang). It never reads steps/, so finishing a stage cannot break it;
+#       that the committed steps/ files are this same skeleton is checked by
+#       `skeletons_up_to_date` (label maintainers, run by CI).
 function(pa_add_stage stage)
   string(SUBSTRING ${stage} 0 2 nn)
-  foreach(flavor steps solutions)
-    file(GLOB srcs CONFIGURE_DEPENDS ${PA_SOURCE_ROOT}/${flavor}/${stage}/*.cu)
-    if(NOT srcs)
-      message(FATAL_ERROR "stage ${stage}: no .cu files in ${flavor}/${stage}")
-    endif()
-    pa_cu_sources(${srcs})
-    set(lib ${flavor}_${stage})
-    add_library(${lib} STATIC ${srcs})
-    target_link_libraries(${lib} PUBLIC pa_common)
-    pa_add_cu_test(NAME test_${stage}_${flavor}
-                   SOURCES ${PA_SOURCE_ROOT}/tests/test_${stage}.cpp
-                   LIBS ${lib}
-                   LABELS "${flavor};step${nn}")
-  endforeach()
-  add_test(NAME skeleton_fails_cleanly_${stage}
-           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:test_${stage}_steps> -DSTAGE=${stage}
-                   -P ${PA_SOURCE_ROOT}/cmake/CheckSkeletonFails.cmake)
-  set_tests_properties(skeleton_fails_cleanly_${stage} PROPERTIES
-                       LABELS "skeleton-check" TIMEOUT 900)
+  # The test source does not depend on which kernels it links: compile it once.
+  add_library(test_${stage}_objects OBJECT ${PA_SOURCE_ROOT}/tests/test_${stage}.cpp)
+  target_link_libraries(test_${stage}_objects PRIVATE pa_common GTest::gtest)
+
+  _pa_stage_build(${stage} solutions ${PA_SOURCE_ROOT}/solutions/${stage} "solutions;step${nn}")
+  _pa_stage_build(${stage} steps ${PA_SOURCE_ROOT}/steps/${stage} "steps;step${nn}" EXCLUDE_FROM_ALL)
+  add_dependencies(all_steps test_${stage}_steps)
+
+  if(NOT PA_GPU)
+    file(GLOB solution_files CONFIGURE_DEPENDS ${PA_SOURCE_ROOT}/solutions/${stage}/*)
+    set(gen_dir ${CMAKE_BINARY_DIR}/generated_skeletons)
+    set(generated)
+    foreach(f IN LISTS solution_files)
+      get_filename_component(name ${f} NAME)
+      list(APPEND generated ${gen_dir}/${stage}/${name})
+    endforeach()
+    add_custom_command(
+      OUTPUT ${generated}
+      COMMAND ${Python3_EXECUTABLE} ${PA_SOURCE_ROOT}/cmake/make_skeletons.py --stage ${stage} --out ${gen_dir}
+      DEPENDS ${solution_files} ${PA_SOURCE_ROOT}/cmake/make_skeletons.py
+      COMMENT "Generating the skeleton of ${stage} from solutions/ (to check that it fails cleanly)"
+      VERBATIM)
+    _pa_stage_build(${stage} skeleton ${gen_dir}/${stage} "" GENERATED ${generated})
+    add_test(NAME skeleton_fails_cleanly_${stage}
+             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:test_${stage}_skeleton> -DSTAGE=${stage}
+                     -P ${PA_SOURCE_ROOT}/cmake/CheckSkeletonFails.cmake)
+    set_tests_properties(skeleton_fails_cleanly_${stage} PROPERTIES LABELS "skeleton-check" TIMEOUT 900)
+  endif()
+endfunction()
+
+# _pa_stage_build(stage flavor dir labels [EXCLUDE_FROM_ALL] [GENERATED files...])
+# Library <flavor>_<stage> from the .cu files in dir, and test executable
+# test_<stage>_<flavor>; registered with CTest when labels is not empty.
+function(_pa_stage_build stage flavor dir labels)
+  cmake_parse_arguments(A "EXCLUDE_FROM_ALL" "" "GENERATED" ${ARGN})
+  set(exclude)
+  if(A_EXCLUDE_FROM_ALL)
+    set(exclude EXCLUDE_FROM_ALL)
+  endif()
+  if(A_GENERATED)
+    list(FILTER A_GENERATED INCLUDE REGEX "\\.cu$")
+    set(srcs ${A_GENERATED})
+  else()
+    file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cu)
+  endif()
+  if(NOT srcs)
+    message(FATAL_ERROR "stage ${stage}: no .cu files in ${dir}")
+  endif()
+  pa_cu_sources(${srcs})
+  add_library(${flavor}_${stage} STATIC ${exclude} ${srcs})
+  target_link_libraries(${flavor}_${stage} PUBLIC pa_common)
+  set(exe test_${stage}_${flavor})
+  add_executable(${exe} ${exclude} $<TARGET_OBJECTS:test_${stage}_objects>)
+  target_link_libraries(${exe} PRIVATE ${flavor}_${stage} pa_common GTest::gtest_main)
+  if(labels)
+    add_test(NAME ${exe} COMMAND ${exe} --gtest_color=no)
+    set_tests_properties(${exe} PROPERTIES LABELS "${labels}" TIMEOUT 600)
+  endif()
 endfunction()

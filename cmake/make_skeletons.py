@@ -16,12 +16,18 @@ In the skeleton the block becomes `// TODO 3: ...` followed by the placeholder,
 which must keep the kernel safe to run and call PA_TODO(3) / PA_TODO_HOST(3, ...).
 So `diff -r steps/NN solutions/NN` shows only the TODO blocks.
 
-    python3 cmake/make_skeletons.py          # rewrite steps/ from solutions/
-    python3 cmake/make_skeletons.py --check  # fail if steps/ is stale (a test runs this)
+    python3 cmake/make_skeletons.py                # rewrite steps/ from solutions/
+    python3 cmake/make_skeletons.py --check        # fail if steps/ is stale (CI runs this)
+    python3 cmake/make_skeletons.py --out DIR      # write the skeletons into DIR/NN_name/ (the build
+                                                   # does this to check that they fail cleanly)
+
+Rewriting steps/ never replaces a learner's work: a file is rewritten only if it
+is still the skeleton of the committed solution (git HEAD), or with --force.
 """
 import argparse
 import pathlib
 import re
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -83,12 +89,39 @@ def stages():
     return sorted(p for p in (ROOT / "solutions").iterdir() if p.is_dir() and re.match(r"\d\d_", p.name))
 
 
+def committed_skeleton(src):
+    """The skeleton of src as committed in git HEAD, or None when git cannot say."""
+    rel = src.relative_to(ROOT).as_posix()
+    try:
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel}"], capture_output=True,
+                              text=True, check=True).stdout
+        return skeleton_of(text, rel)[0]
+    except (OSError, subprocess.CalledProcessError, MarkerError):
+        return None
+
+
+STALE_ADVICE = """\
+Doing the course? Then that is your own work: keep it. This check is for the course's
+repository (CI runs it); the learner's commands do not.
+Changed solutions/ in the course's repository? Regenerate the committed skeletons:
+python3 cmake/make_skeletons.py (it never rewrites a file that holds someone's own work)."""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="report stale skeletons instead of writing them")
+    ap.add_argument("--out", metavar="DIR", type=pathlib.Path,
+                    help="write the skeletons into DIR/NN_name/ and leave steps/ alone")
+    ap.add_argument("--stage", metavar="NN_name", help="only this stage")
+    ap.add_argument("--force", action="store_true",
+                    help="rewrite steps/ files even where they hold changes of their own")
     args = ap.parse_args()
-    problems, written = [], 0
-    for stage in stages():
+    selected = [s for s in stages() if args.stage in (None, s.name)]
+    if not selected:
+        print(f"no stage {args.stage} under solutions/", file=sys.stderr)
+        return 1
+    problems, stale, written = [], [], 0
+    for stage in selected:
         steps_dir = ROOT / "steps" / stage.name
         all_todos = []
         for src in sorted(p for p in stage.iterdir() if p.is_file()):
@@ -99,17 +132,27 @@ def main():
                 problems.append(str(e))
                 continue
             all_todos += todos
+            if args.out:
+                dst = args.out / stage.name / src.name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_text(text)  # always written, so the build sees it as up to date
+                continue
             dst = steps_dir / src.name
             if args.check:
                 if not dst.exists() or dst.read_text() != text:
-                    problems.append(f"steps/{stage.name}/{src.name} is stale: run python3 cmake/make_skeletons.py")
-            else:
+                    stale.append(f"  steps/{stage.name}/{src.name}")
+            elif not dst.exists() or dst.read_text() != text:
+                if dst.exists() and not args.force and dst.read_text() != committed_skeleton(src):
+                    problems.append(f"steps/{stage.name}/{src.name} was not rewritten: it is not the skeleton of "
+                                    f"the committed solution, so it holds someone's work (--force rewrites it)")
+                    continue
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                if not dst.exists() or dst.read_text() != text:
-                    dst.write_text(text)
-                    written += 1
+                dst.write_text(text)
+                written += 1
         if not all_todos:
             problems.append(f"solutions/{stage.name} marks no TODO: the skeleton would be the solution")
+        if args.out:
+            continue
         readme = steps_dir / "README.md"
         if not readme.exists():
             problems.append(f"steps/{stage.name}/README.md is missing")
@@ -121,14 +164,16 @@ def main():
         extra = {p.name for p in steps_dir.glob("*") if p.is_file()} - {p.name for p in stage.iterdir()} - {"README.md"}
         for name in sorted(extra):
             problems.append(f"steps/{stage.name}/{name} has no counterpart in solutions/{stage.name}")
+    if stale:
+        problems += ["These files differ from the skeletons generated from solutions/:"] + stale + [STALE_ADVICE]
     for p in problems:
         print(p, file=sys.stderr)
-    if not args.check:
+    if not args.check and not args.out:
         print(f"wrote {written} skeleton file(s)")
     if problems:
         return 1
     if args.check:
-        print(f"skeletons up to date for {len(stages())} stage(s)")
+        print(f"skeletons up to date for {len(selected)} stage(s)")
     return 0
 
 
