@@ -239,6 +239,109 @@ Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>
   return p;
 }
 
+std::vector<PrefixGroup> share_prefixes(Problem& p, const std::vector<std::pair<std::vector<int>, int>>& groups) {
+  BatchMeta& m = p.meta;
+  const int R = m.num_requests(), bs = p.cfg.block_size;
+  auto table = [&](int r, int b) -> int& { return m.block_table[static_cast<size_t>(r) * m.max_blocks_per_seq + b]; };
+
+  // Every rule is checked before the first table entry changes, so a throw
+  // leaves p as it was.
+  std::vector<int> group_of(R, -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& [members, prefix_len] = groups[g];
+    const std::string where = "share_prefixes: group " + std::to_string(g) + ": ";
+    PA_REQUIRE(!members.empty(), where + "no members");
+    PA_REQUIRE(prefix_len >= 1, where + "prefix_len " + std::to_string(prefix_len) + " (must be >= 1)");
+    const int shared_end = (prefix_len + bs - 1) / bs * bs;  // positions [0, shared_end) live in shared blocks
+    for (const int r : members) {
+      PA_REQUIRE(r >= 0 && r < R, where + "request index " + std::to_string(r) + " is out of range [0, " +
+                                      std::to_string(R) + ")");
+      PA_REQUIRE(group_of[r] == -1,
+                 where + req(r) + (group_of[r] == static_cast<int>(g)
+                                       ? std::string("listed twice")
+                                       : "already a member of group " + std::to_string(group_of[r])));
+      group_of[r] = static_cast<int>(g);
+      const int history = m.seq_lens[r] - m.q_len(r);  // cached positions [0, history)
+      PA_REQUIRE(prefix_len <= history,
+                 where + req(r) + "prefix_len " + std::to_string(prefix_len) + " > seq_len - q_len = " +
+                     std::to_string(history) + ": the prefix must be history, written before this step");
+      PA_REQUIRE(m.q_len(r) == 0 || history >= shared_end,
+                 where + req(r) + "its first new token (position " + std::to_string(history) +
+                     ") would land in shared block " + std::to_string(history / bs) +
+                     ", where every member would write its own K/V into one slot; it needs at least " +
+                     std::to_string(min_suffix_len(prefix_len, bs)) + " cached positions after the prefix");
+      const int first_history = m.seq_lens[members[0]] - m.q_len(members[0]);
+      PA_REQUIRE(std::min(history, shared_end) <= first_history,
+                 where + req(r) + "reads positions up to " + std::to_string(std::min(history, shared_end)) +
+                     " from the shared blocks, but the first member (request " + std::to_string(members[0]) +
+                     ") has written only " + std::to_string(first_history));
+    }
+  }
+
+  std::vector<PrefixGroup> out;
+  std::vector<int> released;
+  for (const auto& [members, prefix_len] : groups) {
+    PrefixGroup grp;
+    grp.prefix_len = prefix_len;
+    grp.members = members;
+    const int num_shared = (prefix_len + bs - 1) / bs;
+    for (int b = 0; b < num_shared; ++b) grp.blocks.push_back(table(members[0], b));
+    for (const int r : members) {
+      for (int b = 0; b < num_shared; ++b) {
+        if (table(r, b) != grp.blocks[b]) released.push_back(table(r, b));
+        table(r, b) = grp.blocks[b];
+      }
+    }
+    out.push_back(std::move(grp));
+  }
+
+  // A released block that no table entry (padding columns included) points at
+  // any more gets the unused slots' poison, so a kernel that reads a member's
+  // old block instead of the shared one reads NaN.
+  std::vector<bool> referenced(p.num_blocks, false);
+  for (const int id : m.block_table) {
+    if (id >= 0 && id < p.num_blocks) referenced[id] = true;
+  }
+  const size_t block_rows = static_cast<size_t>(bs) * p.cfg.num_kv_heads;  // (slot, KV head) rows per block
+  const size_t D = p.cfg.head_dim;
+  for (const int id : released) {
+    if (referenced[id]) continue;
+    const size_t first_row = static_cast<size_t>(id) * block_rows;
+    auto poison = [&](auto& v, auto value, size_t per_row) {
+      if (v.empty()) return;  // built with fill_values = false
+      std::fill(v.begin() + first_row * per_row, v.begin() + (first_row + block_rows) * per_row, value);
+    };
+    poison(p.k_cache, __float2bfloat16(NAN), D);
+    poison(p.v_cache, __float2bfloat16(NAN), D);
+    poison(p.k_codes, uint8_t{0xFF}, D);
+    poison(p.v_codes, uint8_t{0xFF}, D);
+    poison(p.k_scale, NAN, size_t{1});
+    poison(p.v_scale, NAN, size_t{1});
+  }
+  validate(m, p.cfg, p.num_blocks);
+  return out;
+}
+
+int min_suffix_len(int prefix_len, int block_size) {
+  return (prefix_len + block_size - 1) / block_size * block_size - prefix_len;
+}
+
+std::vector<RequestShape> shared_prefix_requests(int members, int prefix_len, int suffix_len, int q_len,
+                                                 int block_size) {
+  PA_REQUIRE(members >= 1 && prefix_len >= 1 && suffix_len >= 0 && q_len >= 1 && block_size >= 1,
+             "shared_prefix_requests: bad shape");
+  const int need = min_suffix_len(prefix_len, block_size);
+  PA_REQUIRE(suffix_len >= need,
+             "shared_prefix_requests: suffix_len " + std::to_string(suffix_len) + " puts the first new token at " +
+                 "position " + std::to_string(prefix_len + suffix_len) + ", inside the prefix's last block of " +
+                 std::to_string(block_size) + "; the suffix needs at least " + std::to_string(need) + " positions");
+  return std::vector<RequestShape>(members, RequestShape{q_len, prefix_len + suffix_len + q_len});
+}
+
+std::vector<RequestShape> shared_prefix_decodes(int members, int prefix_len, int suffix_len, int block_size) {
+  return shared_prefix_requests(members, prefix_len, suffix_len, 1, block_size);
+}
+
 std::vector<RequestShape> milestone_requests() {
   return {{16, 40}, {16, 16}, {21, 21}, {1, 70}, {1, 130}};
 }

@@ -83,6 +83,15 @@ struct Problem {
   double attended_pairs() const;  // (query, key) pairs the softmax covers: causal, inside the window
 };
 
+// Requests whose contexts start with the same cached prefix, stored once in
+// shared blocks (stage 07's cascade).
+struct PrefixGroup {
+  std::vector<int> blocks;   // the prefix's physical block ids: ceil(prefix_len / block_size) of them
+  int prefix_len = 0;        // shared positions [0, prefix_len); may end inside the last block, whose
+                             //   later slots each member reads as part of its own suffix
+  std::vector<int> members;  // request indices; each one's block table starts with `blocks`
+};
+
 // One request: (q_len, seq_len). q_len == seq_len is a full prompt, 1 a decode.
 struct RequestShape {
   int q_len;
@@ -98,6 +107,34 @@ struct BuildOptions {
 
 Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>& requests,
                      const BuildOptions& opt = {});
+
+// Makes prefixes physically shared (stage 07's batches). Each entry is
+// (members, prefix_len): the members' first ceil(prefix_len / block_size) table
+// entries become the first member's, so every member reads the first member's
+// cached K/V at those blocks' positions (the prefix, and the slots after it in a
+// last block that the prefix fills only in part). The blocks no table references
+// any more are poisoned like unused slots (NaN; 8-bit: codes 0xFF, scale NaN).
+// Returns the groups in the order given, `blocks` = the shared ids.
+// Throws pa::Error naming the group and request for: no members, prefix_len < 1,
+// a request index out of range, a request listed twice (in one group or two),
+// prefix_len > seq_len - q_len (the prefix must be history), a new token
+// (position >= seq_len - q_len) that would land in a shared block (members would
+// write different K/V into one slot), and a member whose cached positions in the
+// shared blocks reach past the first member's (it would read unwritten slots).
+std::vector<PrefixGroup> share_prefixes(Problem& p, const std::vector<std::pair<std::vector<int>, int>>& groups);
+
+// The smallest suffix (cached positions after the prefix, before the first new
+// token) that keeps new tokens out of the shared blocks: 0 when prefix_len is a
+// multiple of block_size, else up to the end of the prefix's last block.
+int min_suffix_len(int prefix_len, int block_size);
+// `members` requests that share `prefix_len` cached positions, each with
+// `suffix_len` cached positions of its own after them and then q_len new tokens
+// (seq_len = prefix_len + suffix_len + q_len). Throws pa::Error when suffix_len <
+// min_suffix_len (the new tokens would land in a shared block).
+std::vector<RequestShape> shared_prefix_requests(int members, int prefix_len, int suffix_len, int q_len,
+                                                 int block_size);
+// The same with q_len 1: decodes at position prefix_len + suffix_len.
+std::vector<RequestShape> shared_prefix_decodes(int members, int prefix_len, int suffix_len, int block_size);
 
 // The chapter's milestone batch: a mid-prefill chunk (16 queries at positions
 // 24..39), a full 16-token prompt, a 21-token prompt, decodes at 70 and 130.

@@ -1,9 +1,11 @@
 // The shared ground every stage stands on: metadata validation, batch
 // builders, the fp64 oracle and the comparison.
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "common/batch_ops.h"
+#include "common/quant.cuh"
 #include "tests/harness.h"
 
 namespace pa::test {
@@ -125,6 +127,177 @@ TEST(Builders, AttendedPairsFollowCausalityAndWindow) {
   EXPECT_EQ(p.attended_pairs(), (1 + 2 + 3 + 4) + 10);
   p.cfg.window = 2;  // each query sees itself and one key before it
   EXPECT_EQ(p.attended_pairs(), (1 + 2 + 2 + 2) + 2);
+}
+
+// --- shared prefixes (stage 07's batches) --------------------------------------
+
+std::vector<RequestShape> concat(std::vector<RequestShape> a, const std::vector<RequestShape>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Three decodes sharing a 37-token prefix (blocks 0..2, the third filled to slot
+// 5) with 11, 11 and 30 positions of their own, and one request in no group.
+std::vector<RequestShape> three_sharing_37() {
+  return concat(concat(shared_prefix_decodes(2, 37, 11, 16), shared_prefix_decodes(1, 37, 30, 16)), {{1, 50}});
+}
+
+TEST(SharePrefixes, MembersPointAtTheFirstMembersBlocks) {
+  Problem p = make_problem(config(8, 2, 64, 16), three_sharing_37());
+  const Problem before = p;
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1, 2}, 37}});
+  EXPECT_NO_THROW(validate(p.meta, p.cfg, p.num_blocks));
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].prefix_len, 37);
+  EXPECT_EQ(groups[0].members, (std::vector<int>{0, 1, 2}));
+  ASSERT_EQ(groups[0].blocks.size(), 3u) << "ceil(37 / 16) shared blocks";
+  for (int r = 0; r < 3; ++r) {
+    for (int b = 0; b < 3; ++b) EXPECT_EQ(p.meta.block_id(r, b * 16, 16), groups[0].blocks[b]) << "request " << r;
+    // The block after the prefix's blocks stays the member's own.
+    EXPECT_EQ(p.meta.block_id(r, 48, 16), before.meta.block_id(r, 48, 16)) << "request " << r;
+  }
+  for (int b = 0; b < 3; ++b) EXPECT_EQ(groups[0].blocks[b], before.meta.block_id(0, b * 16, 16));
+  EXPECT_EQ(p.meta.block_table[3 * p.meta.max_blocks_per_seq], before.meta.block_table[3 * p.meta.max_blocks_per_seq])
+      << "a request in no group keeps its table";
+  EXPECT_EQ(p.meta.slot_mapping, before.meta.slot_mapping) << "new tokens never land in shared blocks";
+  // The members' old prefix blocks are referenced no more: poisoned with NaN.
+  const size_t block_elems = 16 * static_cast<size_t>(p.cfg.num_kv_heads) * p.cfg.head_dim;
+  for (int r = 1; r < 3; ++r) {
+    for (int b = 0; b < 3; ++b) {
+      const int old = before.meta.block_id(r, b * 16, 16);
+      for (size_t e = 0; e < block_elems; ++e) {
+        ASSERT_TRUE(std::isnan(__bfloat162float(p.k_cache[old * block_elems + e])) &&
+                    std::isnan(__bfloat162float(p.v_cache[old * block_elems + e])))
+            << "request " << r << "'s old block " << old << " element " << e << " is not NaN";
+      }
+    }
+  }
+}
+
+// Sharing is the same as copying the first member's cached K/V over each
+// member's own prefix blocks: the oracle (which reads through each member's
+// table) must give the same answer for both layouts, bit for bit. Positions
+// [37, 48) share the prefix's last block, so they are the first member's too.
+void expect_sharing_equals_copying(KvFormat f) {
+  AttentionConfig cfg = config(8, 2, 64, 16);
+  cfg.kv_format = f;
+  const Problem original = make_problem(cfg, three_sharing_37(), {.seed = 5});
+  Problem shared = original;
+  share_prefixes(shared, {{{0, 1, 2}, 37}});
+  Problem copied = original;
+  const size_t row = static_cast<size_t>(cfg.num_kv_heads) * cfg.head_dim;  // (slot) -> elements
+  for (int r = 1; r < 3; ++r) {
+    for (int pos = 0; pos < 48; ++pos) {
+      const size_t src = static_cast<size_t>(original.meta.block_id(0, pos, 16)) * 16 + pos % 16;
+      const size_t dst = static_cast<size_t>(original.meta.block_id(r, pos, 16)) * 16 + pos % 16;
+      std::copy_n(&original.k_cache[src * row], row, &copied.k_cache[dst * row]);
+      std::copy_n(&original.v_cache[src * row], row, &copied.v_cache[dst * row]);
+      if (is_quantized(f)) {
+        std::copy_n(&original.k_codes[src * row], row, &copied.k_codes[dst * row]);
+        std::copy_n(&original.v_codes[src * row], row, &copied.v_codes[dst * row]);
+        std::copy_n(&original.k_scale[src * cfg.num_kv_heads], cfg.num_kv_heads, &copied.k_scale[dst * cfg.num_kv_heads]);
+        std::copy_n(&original.v_scale[src * cfg.num_kv_heads], cfg.num_kv_heads, &copied.v_scale[dst * cfg.num_kv_heads]);
+      }
+    }
+  }
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_EQ(logical_kv(shared, r, false), logical_kv(copied, r, false)) << name(f) << " request " << r << " K";
+    EXPECT_EQ(logical_kv(shared, r, true), logical_kv(copied, r, true)) << name(f) << " request " << r << " V";
+    const std::vector<float> k0 = logical_kv(shared, 0, false), kr = logical_kv(shared, r, false);
+    EXPECT_TRUE(std::equal(k0.begin(), k0.begin() + 48 * row, kr.begin()))
+        << name(f) << " request " << r << ": positions [0, 48) must be the first member's";
+  }
+  const OracleResult a = reference_attention(shared), b = reference_attention(copied);
+  EXPECT_EQ(a.out, b.out) << name(f);
+  EXPECT_EQ(a.lse, b.lse) << name(f);
+  if (is_quantized(f)) {
+    const OracleResult fa = reference_attention_full_precision(shared);
+    const OracleResult fb = reference_attention_full_precision(copied);
+    EXPECT_EQ(fa.out, fb.out) << name(f) << " (full precision)";
+  }
+}
+
+TEST(SharePrefixes, OracleOfAMemberReadsTheFirstMembersPrefixBf16) { expect_sharing_equals_copying(KvFormat::bf16); }
+TEST(SharePrefixes, OracleOfAMemberReadsTheFirstMembersPrefixInt8) { expect_sharing_equals_copying(KvFormat::int8); }
+TEST(SharePrefixes, OracleOfAMemberReadsTheFirstMembersPrefixFp8) {
+  expect_sharing_equals_copying(KvFormat::fp8_e4m3);
+}
+
+TEST(SharePrefixes, ReleasedBlocksOfAnEightBitCacheArePoisoned) {
+  AttentionConfig cfg = config(8, 2, 64, 16);
+  cfg.kv_format = KvFormat::int8;
+  Problem p = make_problem(cfg, shared_prefix_decodes(2, 32, 0, 16));
+  const int old = p.meta.block_id(1, 0, 16);
+  share_prefixes(p, {{{0, 1}, 32}});
+  const size_t rows = 16 * static_cast<size_t>(cfg.num_kv_heads);
+  for (size_t i = old * rows; i < (old + 1) * rows; ++i) {
+    ASSERT_TRUE(std::isnan(p.k_scale[i]) && std::isnan(p.v_scale[i])) << "scale row " << i;
+    for (int d = 0; d < 64; ++d) ASSERT_EQ(p.k_codes[i * 64 + d], 0xFF) << "code row " << i << " dim " << d;
+  }
+}
+
+TEST(SharePrefixes, TwoGroupsAndBenchmarkBatches) {
+  // Two groups, one request in neither, and a batch without values (benchmarks).
+  const auto requests = concat(concat(shared_prefix_decodes(2, 64, 3, 16), shared_prefix_decodes(3, 20, 12, 16)),
+                               {{1, 9}});
+  Problem p = make_problem(config(8, 2, 64, 16), requests, {.fill_values = false});
+  const std::vector<PrefixGroup> g = share_prefixes(p, {{{0, 1}, 64}, {{2, 3, 4}, 20}});
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].blocks.size(), 4u);
+  EXPECT_EQ(g[1].blocks.size(), 2u);
+  EXPECT_EQ(p.meta.block_id(4, 16, 16), g[1].blocks[1]);
+  EXPECT_NO_THROW(validate(p.meta, p.cfg, p.num_blocks));
+}
+
+TEST(SharePrefixes, DecodeHelpersKeepNewTokensOutOfSharedBlocks) {
+  EXPECT_EQ(min_suffix_len(37, 16), 11);
+  EXPECT_EQ(min_suffix_len(32, 16), 0);
+  EXPECT_EQ(min_suffix_len(37, 1), 0);
+  const auto d = shared_prefix_decodes(3, 37, 11, 16);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].q_len, 1);
+  EXPECT_EQ(d[0].seq_len, 49) << "a decode at position prefix_len + suffix_len";
+  const auto c = shared_prefix_requests(2, 32, 0, 5, 16);
+  EXPECT_EQ(c[1].q_len, 5);
+  EXPECT_EQ(c[1].seq_len, 37);
+  expect_error([] { shared_prefix_decodes(2, 37, 10, 16); }, "needs at least 11 positions");
+}
+
+// Each broken rule names the group, the request and the rule; p is unchanged.
+void expect_share_error(const std::vector<RequestShape>& requests,
+                        const std::vector<std::pair<std::vector<int>, int>>& groups, const std::string& needle) {
+  Problem p = make_problem(config(8, 2, 64, 16), requests, {.fill_values = false});
+  const std::vector<int> table = p.meta.block_table;
+  expect_error([&] { share_prefixes(p, groups); }, needle);
+  EXPECT_EQ(p.meta.block_table, table) << "a refused share_prefixes must leave the batch as it was";
+}
+
+TEST(SharePrefixesErrors, NewTokenInASharedBlock) {
+  // Prefix 37 ends inside block 2; request 1's decode at position 40 would be written into it.
+  expect_share_error({{1, 49}, {1, 41}}, {{{0, 1}, 37}},
+                     "group 0: request 1: its first new token (position 40) would land in shared block 2");
+}
+TEST(SharePrefixesErrors, PrefixReachesIntoNewTokens) {
+  expect_share_error({{1, 49}, {4, 40}}, {{{0, 1}, 37}}, "group 0: request 1: prefix_len 37 > seq_len - q_len = 36");
+}
+TEST(SharePrefixesErrors, MemberInTwoGroups) {
+  expect_share_error(decode_requests(3, 40), {{{0, 1}, 16}, {{2, 1}, 16}},
+                     "group 1: request 1: already a member of group 0");
+}
+TEST(SharePrefixesErrors, MemberListedTwice) {
+  expect_share_error(decode_requests(3, 40), {{{0, 1, 0}, 16}}, "group 0: request 0: listed twice");
+}
+TEST(SharePrefixesErrors, RequestIndexOutOfRange) {
+  expect_share_error(decode_requests(3, 40), {{{0, 3}, 16}}, "group 0: request index 3 is out of range [0, 3)");
+}
+TEST(SharePrefixesErrors, NoMembers) { expect_share_error(decode_requests(3, 40), {{{}, 16}}, "group 0: no members"); }
+TEST(SharePrefixesErrors, NoPrefix) {
+  expect_share_error(decode_requests(3, 40), {{{0, 1}, 0}}, "group 0: prefix_len 0 (must be >= 1)");
+}
+TEST(SharePrefixesErrors, FirstMemberHasNotWrittenTheSharedSlots) {
+  // Request 0 has no query and a 40-token context; request 1 would read its
+  // block 2 up to position 48, of which only [32, 40) was written.
+  expect_share_error({{0, 40}, {1, 60}}, {{{0, 1}, 37}}, "has written only 40");
 }
 
 TEST(WritePath, NewTokensLandInTheirSlots) {
