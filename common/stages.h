@@ -12,6 +12,8 @@
 #include "device_buffer.h"
 #include "problem.h"
 
+#include <vector>
+
 namespace pa {
 
 namespace stage01 {
@@ -91,5 +93,60 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
 // The split plan for p (stage 04's rule, over the window's span when p.window > 0).
 stage04::SplitPlan plan(const AttentionParams& p, int num_sms);
 }  // namespace stage06
+
+namespace stage07 {
+// Cascade attention for shared prefixes. Requests whose contexts start with the
+// same cached prefix (a system prompt), stored once in shared blocks, read it
+// once for the whole group: all of the group's queries (tokens x GQA heads as
+// tile rows) attend to the prefix in one pass, each request attends to its own
+// suffix, and the two partial states merge by log-sum-exp (fused into the
+// suffix pass's epilogue).
+using PrefixGroup = ::pa::PrefixGroup;  // common/problem.h
+
+// The cost model's verdict for one group.
+enum class Path : int8_t {
+  plain,    // the members read the prefix through their own tables (as stage 04 would)
+  cascade,  // the prefix pass reads it once for the group
+};
+
+// A validated cascade for one batch, on the device. Built on the host once per
+// batch from the host copy of the metadata (like a serving engine's per-step
+// plan), outside the decode step itself. Move-only.
+struct Cascade {
+  std::vector<Path> paths;   // [num groups] the path each group takes
+  int num_groups = 0;        // groups on the cascade path (the prefix pass's grid z)
+  int num_tokens = 0;        // query tokens of those groups (rows of the gathered queries)
+  int max_group_tokens = 0;
+  int max_prefix_len = 0;
+  int max_prefix_blocks = 0;
+  int num_prefix_splits = 1;    // the prefix pass cuts each prefix into this many key ranges
+  int prefix_keys_per_split = 0;
+  int max_own_keys = 0;         // the most keys a request reads in the suffix pass (its suffix, or all when plain)
+  DeviceBuffer<bf16> q;                 // [num_tokens, Hq, D]  the cascaded queries, gathered group by group
+  DeviceBuffer<int> gather_rows;        // [num_tokens]         batch row of each gathered query
+  DeviceBuffer<int> query_start_loc;    // [num_groups + 1]     gathered rows of each group
+  DeviceBuffer<int> seq_lens;           // [num_groups]         prefix_len + the group's queries (positions after the prefix)
+  DeviceBuffer<int> prefix_lens;        // [num_groups]
+  DeviceBuffer<int> block_table;        // [num_groups, max_prefix_blocks]  the prefixes' blocks
+  DeviceBuffer<int> gathered_row_of;    // [batch num_tokens]   gathered row of a batch row, -1 if not cascaded
+  DeviceBuffer<int> suffix_begin;       // [num_requests]       first key of each request's own pass (0 or prefix_len)
+  DeviceBuffer<float> part_o;           // [num_prefix_splits, num_tokens, Hq, D]  normalized prefix partials
+  DeviceBuffer<float> part_lse;         // [num_prefix_splits, num_tokens, Hq]     their lse (-inf when empty)
+};
+
+// force: -1 = the cost model decides per group, 0 = every group plain, 1 = every group cascaded.
+// Throws pa::Error naming the group and request before anything touches the device: a group with
+// no members or no prefix, a member listed twice or in two groups, a request index out of range, a
+// member whose table does not start with the group's blocks, a prefix that reaches into a member's
+// new tokens (prefix_len > seq_len - q_len), a sliding window (not supported with cascade), sinks.
+Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
+             int force = -1);
+// The cost model alone (no device work): the path a group of `members` requests sharing
+// `prefix_len` positions would take, each with `queries` query tokens and `suffix_len`
+// positions after the prefix, on a device with num_sms SMs.
+Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms);
+// Attention over any batch of bf16, int8 or fp8_e4m3 caches with the plan's groups.
+void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream = nullptr);
+}  // namespace stage07
 
 }  // namespace pa

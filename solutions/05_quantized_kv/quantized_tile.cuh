@@ -241,9 +241,8 @@ struct QuantQ {
     }
   }
 
-  // After Q has landed in q_s. Every warp of the program calls it (it may
-  // contain a barrier); publish() follows before the first fragment() of
-  // another warp's rewrite is read.
+  // After Q has landed in q_s. Every warp of the program calls it: the
+  // shared-memory rewrite has barriers.
   __device__ __forceinline__ void prepare(bf16* q_s_, int row_warp_, int kv_warp, int lane_) {
     q_s = q_s_, row_warp = row_warp_, lane = lane_;
     float amax = 0.0f;

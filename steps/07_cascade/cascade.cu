@@ -1,0 +1,255 @@
+// Stage 07: cascade attention for shared prefixes.
+//
+// 64 requests that share a 4000-token system prompt read it 64 times in a
+// plain decode: 1 GB for Qwen3-8B, where 16 MB would do. Cascade attention
+// reads the prefix once per group (cascade.cuh has the two passes). It costs
+// two more launches and a prefix pass whose tiles do real tensor-core work
+// (rows = the group's queries), so it loses on short prefixes and small groups:
+// choose_path() is the cost model that decides per group, and a group it
+// rejects simply reads its prefix in the suffix pass, as a plain decode would.
+//
+// This file: plan() (validation and the device metadata, once per batch),
+// choose_path() and forward() (2-3 launches: gather, prefix pass, suffix pass,
+// plus a merge when the suffix pass is split).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cascade.cuh"
+#include "common/batch_ops.h"
+#include "common/quant.cuh"
+#include "common/stages.h"
+#include "common/todo.cuh"
+
+namespace pa::stage07 {
+namespace {
+
+using stage03::Packing;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The cost model's figures, measured on an H200 (132 SMs) with this course's
+// kernels: the read rate a decode tile reaches, the MMA rate of a 128-row tile,
+// and the fixed cost of the two extra launches (gather, prefix pass) with their
+// start-up and tail. Other GPUs scale the rates by their SM count.
+constexpr double H200_READ_BYTES_PER_S = 4.1e12;
+constexpr double H200_TILE_FLOP_PER_S = 2.4e14;
+constexpr double CASCADE_FIXED_S = 8e-6;
+constexpr int H200_SMS = 132;
+
+// Which tile the prefix pass runs for a group of `rows` rows per KV head.
+template <int HEAD_DIM, class Tiles>
+bool prefix_uses_decode_tile(int rows) {
+  return rows <= Tiles::template Decode<HEAD_DIM>::ROWS;
+}
+
+// The prefix pass of tile family Tiles over the gathered batch pg.
+template <int HEAD_DIM, class Tiles>
+void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& c, cudaStream_t stream) {
+  auto run = [&]<class T>() {
+    const int block_q = T::ROWS >> pk.group_shift;
+    PrefixSplits slice{const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
+                       c.prefix_lens.data(), ceil_div(c.max_group_tokens, block_q), c.prefix_keys_per_split};
+    const dim3 grid(slice.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups);
+    Tiles::template launch_tile<T, PrefixSplits, stage03::CausalMask>(pg, pk, slice, grid, stream);
+  };
+  if (prefix_uses_decode_tile<HEAD_DIM, Tiles>(c.max_group_tokens << pk.group_shift)) {
+    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
+  } else {
+    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
+  }
+}
+
+// The suffix pass of tile family Tiles over the real batch, with the prefix
+// partials merged in its epilogue (or, for split decodes, in the merge kernel).
+template <int HEAD_DIM, class Tiles>
+void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream) {
+  const PrefixPartials prefix{c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits,
+                              c.num_tokens};
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
+  if (decode_only && sp.num_splits > 1) {
+    stage04::Workspace& ws = stage04::workspace();
+    const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
+    ws.o.resize(rows * HEAD_DIM);
+    ws.lse.resize(rows);
+    SuffixSplits slice;
+    static_cast<stage04::Splits&>(slice) =
+        stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
+    slice.suffix_begin = c.suffix_begin.data();
+    using T = typename Tiles::template Decode<HEAD_DIM>;
+    Tiles::template launch_tile<T, SuffixSplits, stage03::CausalMask>(
+        p, pk, slice, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
+           p, static_cast<const stage04::Splits&>(slice), prefix);
+    return;
+  }
+  const SuffixMerge slice{c.suffix_begin.data(), prefix};
+  auto run = [&]<class T>() {
+    const int block_q = T::ROWS >> pk.group_shift;
+    const dim3 grid(ceil_div(p.batch.max_query_len, block_q), p.kv.num_kv_heads, p.batch.num_requests);
+    Tiles::template launch_tile<T, SuffixMerge, stage03::CausalMask>(p, pk, slice, grid, stream);
+  };
+  if ((p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS) {
+    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
+  } else {
+    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
+  }
+}
+
+template <class Tiles>
+void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream) {
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    if (c.num_groups > 0) {
+      // The cascaded queries as one batch of one "request" per group, placed after its prefix.
+      const int row_elems = p.num_q_heads * HEAD_DIM;
+      launch(gather_queries_kernel, dim3(c.num_tokens), dim3(std::min(256, row_elems / 8)), 0, stream, p.q,
+             const_cast<bf16*>(c.q.data()), c.gather_rows.data(), row_elems);
+      AttentionParams pg = p;
+      pg.q = c.q.data();
+      pg.out = nullptr;  // the prefix pass writes partials only
+      pg.lse = nullptr;
+      pg.batch = BatchView{c.query_start_loc.data(), c.seq_lens.data(), c.block_table.data(), nullptr,
+                           c.num_groups, c.num_tokens, c.num_tokens, c.max_prefix_blocks, c.max_group_tokens,
+                           c.max_prefix_len + c.max_group_tokens, false};
+      launch_prefix<HEAD_DIM, Tiles>(pg, pk, c, stream);
+    }
+    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream);
+  });
+}
+
+void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
+
+}  // namespace
+
+Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms) {
+  // TODO 4: the cost model: cascade when the prefix re-reads it saves outweigh the prefix pass's MMA work and its fixed cost
+  (void)p, (void)members, (void)prefix_len, (void)queries, (void)suffix_len, (void)num_sms;
+  PA_TODO_HOST(4, "07_cascade");
+}
+
+Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force) {
+  PA_REQUIRE(p.window == 0, "stage 07: cascade with a sliding window is not supported (the prefix pass would need "
+                            "each member's window); run windowed batches through stage 06");
+  PA_REQUIRE(p.sinks == nullptr, "stage 07 implements causal attention without sinks (stage 08 adds them)");
+  PA_REQUIRE(force >= -1 && force <= 1, "stage 07: force is -1 (cost model), 0 (plain) or 1 (cascade)");
+  const int R = meta.num_requests(), bs = p.kv.block_size;
+  PA_REQUIRE(R == p.batch.num_requests && meta.num_tokens == p.batch.num_tokens,
+             "stage 07: the host metadata does not describe the batch in AttentionParams");
+  std::vector<int> group_of(R, -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PrefixGroup& grp = groups[g];
+    const std::string who = "prefix group " + std::to_string(g);
+    if (grp.members.empty()) fail(who + " has no members");
+    if (grp.prefix_len < 1) fail(who + " has prefix_len " + std::to_string(grp.prefix_len) + "; it needs >= 1");
+    const int nb = ceil_div(grp.prefix_len, bs);
+    if (static_cast<int>(grp.blocks.size()) != nb) {
+      fail(who + " lists " + std::to_string(grp.blocks.size()) + " blocks; a prefix of " +
+           std::to_string(grp.prefix_len) + " positions in blocks of " + std::to_string(bs) + " needs " +
+           std::to_string(nb));
+    }
+    for (int b : grp.blocks) {
+      if (b < 0 || b >= p.kv.num_blocks) fail(who + ": block id " + std::to_string(b) + " is out of range");
+    }
+    for (int m : grp.members) {
+      if (m < 0 || m >= R) fail(who + ": member " + std::to_string(m) + " is not a request of this batch");
+      if (group_of[m] != -1) {
+        fail("request " + std::to_string(m) + " is a member of prefix groups " + std::to_string(group_of[m]) +
+             " and " + std::to_string(g) + " (or listed twice)");
+      }
+      group_of[m] = static_cast<int>(g);
+      const int history = meta.seq_lens[m] - meta.q_len(m);
+      if (grp.prefix_len > history) {
+        fail(who + ": request " + std::to_string(m) + " has " + std::to_string(history) +
+             " cached positions before its queries, fewer than the prefix's " + std::to_string(grp.prefix_len));
+      }
+      for (int i = 0; i < nb; ++i) {
+        const int id = meta.block_table[static_cast<size_t>(m) * meta.max_blocks_per_seq + i];
+        if (id != grp.blocks[i]) {
+          fail(who + ": request " + std::to_string(m) + "'s block table entry " + std::to_string(i) + " is block " +
+               std::to_string(id) + ", not the prefix's block " + std::to_string(grp.blocks[i]));
+        }
+      }
+    }
+  }
+
+  Cascade c;
+  const int num_sms = stage04::sm_count();
+  std::vector<int> qsl{0}, seq, plens, table, rows, suffix_begin(R, 0), row_of(meta.num_tokens, -1);
+  for (const PrefixGroup& grp : groups) {
+    int queries = 0, suffix = 0;
+    for (int m : grp.members) queries += meta.q_len(m), suffix += meta.seq_lens[m] - meta.q_len(m) - grp.prefix_len;
+    const int n = static_cast<int>(grp.members.size());
+    const Path path = force == 1   ? Path::cascade
+                      : force == 0 ? Path::plain
+                                   : choose_path(p, n, grp.prefix_len, ceil_div(queries, n), suffix / n, num_sms);
+    c.paths.push_back(queries == 0 ? Path::plain : path);
+    if (c.paths.back() == Path::plain) continue;
+    for (int m : grp.members) {
+      suffix_begin[m] = grp.prefix_len;
+      for (int t = meta.query_start_loc[m]; t < meta.query_start_loc[m + 1]; ++t) {
+        row_of[t] = static_cast<int>(rows.size());
+        rows.push_back(t);
+      }
+    }
+    const int group_tokens = static_cast<int>(rows.size()) - qsl.back();
+    qsl.push_back(static_cast<int>(rows.size()));
+    seq.push_back(grp.prefix_len + group_tokens);
+    plens.push_back(grp.prefix_len);
+    c.max_group_tokens = std::max(c.max_group_tokens, group_tokens);
+    c.max_prefix_len = std::max(c.max_prefix_len, grp.prefix_len);
+    c.max_prefix_blocks = std::max(c.max_prefix_blocks, static_cast<int>(grp.blocks.size()));
+  }
+  c.num_groups = static_cast<int>(plens.size());
+  c.num_tokens = static_cast<int>(rows.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (c.paths[g] == Path::plain) continue;
+    std::vector<int> ids = groups[g].blocks;
+    ids.resize(c.max_prefix_blocks, ids.front());  // padding entries past the prefix are never read
+    table.insert(table.end(), ids.begin(), ids.end());
+  }
+  for (int r = 0; r < R; ++r) c.max_own_keys = std::max(c.max_own_keys, meta.seq_lens[r] - suffix_begin[r]);
+  // Prefix splits: enough programs for one wave of the prefix pass's tiles.
+  if (c.num_groups > 0) {
+    const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
+    const bool decode_tile = c.max_group_tokens * group_pad <= 16;
+    const int rows_per_tile = decode_tile ? 16 : 128, per_sm = decode_tile ? 4 : 1;
+    const int tiles = ceil_div(c.max_group_tokens * group_pad, rows_per_tile) * p.kv.num_kv_heads * c.num_groups;
+    const int wanted = std::clamp(per_sm * num_sms / std::max(1, tiles), 1, stage04::MAX_SPLITS);
+    const int keys = std::max(64, ceil_div(ceil_div(c.max_prefix_len, wanted), 64) * 64);  // whole 64-key tiles
+    c.prefix_keys_per_split = keys;
+    c.num_prefix_splits = ceil_div(c.max_prefix_len, keys);
+    const size_t part_rows = static_cast<size_t>(c.num_prefix_splits) * c.num_tokens * p.num_q_heads;
+    c.part_o.resize(part_rows * p.kv.head_dim);
+    c.part_lse.resize(part_rows);
+    c.q.resize(static_cast<size_t>(c.num_tokens) * p.num_q_heads * p.kv.head_dim);
+    c.gather_rows.upload(rows);
+    c.query_start_loc.upload(qsl);
+    c.seq_lens.upload(seq);
+    c.prefix_lens.upload(plens);
+    c.block_table.upload(table);
+  }
+  c.gathered_row_of.upload(row_of.empty() ? std::vector<int>{-1} : row_of);
+  c.suffix_begin.upload(suffix_begin.empty() ? std::vector<int>{0} : suffix_begin);
+  return c;
+}
+
+void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream) {
+  const Packing pk = stage03::checked_packing(p, "07");
+  PA_REQUIRE(p.window == 0 && p.sinks == nullptr, "stage 07: no sliding window, no sinks (see plan())");
+  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
+             std::string("stage 07: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),
+             "stage 07: the cascade plan was made for another batch");
+  // Split decodes cut the keys of the suffix pass: each request's own keys.
+  const int span = std::max(1, c.max_own_keys);
+  switch (p.kv.format) {
+    case KvFormat::bf16: forward_with<stage03::Bf16Tiles>(p, pk, c, span, stream); break;
+    case KvFormat::int8: forward_with<stage05::QuantizedTiles<KvFormat::int8>>(p, pk, c, span, stream); break;
+    case KvFormat::fp8_e4m3: forward_with<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(p, pk, c, span, stream); break;
+  }
+  clear_padding_rows(p, stream);
+  PA_CHECK_TODOS("07_cascade");
+}
+
+}  // namespace pa::stage07

@@ -1,0 +1,181 @@
+// Stage 07's device side: the Slice policies that turn the tiles of stages 03
+// and 05 into the two passes of cascade attention, and the kernels around them.
+//
+// Requests that share a cached prefix (a system prompt) read it once for the
+// group instead of once per request:
+//  - prefix pass: the group's queries, gathered into one contiguous batch (one
+//    "request" per group, its queries placed after the prefix), run the usual
+//    GQA-packed tile over the prefix's keys [0, prefix_len) only, cut into
+//    splits so that enough programs fill the GPU (PrefixSplits). Every K/V byte
+//    of the prefix is read once per tile of up to 128 rows, and a tile's rows
+//    are the queries of many requests;
+//  - suffix pass: every request runs the tile over its own keys [prefix_len,
+//    seq_len) (0 for requests in no group) through its own block table; its
+//    epilogue merges the prefix partials of the row with the shared state's
+//    merge before writing the final row (SuffixMerge), so no merge launch is
+//    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and a
+//    merge kernel that folds in the prefix partials (merge_cascade_kernel).
+#pragma once
+
+#include "common/attention_params.h"
+#include "common/cuda_compat.cuh"
+#include "common/online_softmax.cuh"
+#include "common/todo.cuh"
+// Stage 07 builds on the reference solutions of stages 03-05.
+#include "solutions/03_gqa_packing/gqa_packing.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/05_quantized_kv/quantized_tile.cuh"
+
+namespace pa::stage07 {
+namespace {
+
+using stage03::KeyRange;
+
+// The prefix pass's Slice: blockIdx.x = split * num_query_tiles + query tile;
+// grid z = the group. Its AttentionParams are the gathered batch: row q_row of
+// [gathered tokens * Hq].
+struct PrefixSplits {
+  float* part_o;            // [num_splits, gathered tokens, Hq, D]  normalized partial outputs
+  float* part_lse;          // [num_splits, gathered tokens, Hq]     their lse, -inf when empty
+  const int* prefix_lens;   // [num_groups]
+  int num_query_tiles;
+  int keys_per_split;
+
+  __device__ __forceinline__ int query_tile() const { return num_query_tiles - 1 - blockIdx.x % num_query_tiles; }
+
+  __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
+    // TODO 1: split blockIdx.x / num_query_tiles of the prefix: keys_per_split keys from tile_kv_begin + split * keys_per_split, clipped to the group's prefix_len (and tile_kv_end)
+    (void)tile_kv_begin, (void)tile_kv_end;
+    if (threadIdx.x == 0) PA_TODO(1);
+    return {0, 0};  // placeholder: the prefix contributes nothing
+  }
+
+  // As stage 04's partials: o * inv_l in fp32 and the lse, at (split, q_row).
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    const size_t part_row =
+        static_cast<size_t>(blockIdx.x / num_query_tiles) * p.batch.num_tokens * p.num_q_heads + q_row;
+    float* o_row = part_o + part_row * (8 * O_TILES);  // [HEAD_DIM]
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+      *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
+    }
+    if (t4 == 0) part_lse[part_row] = lse;
+  }
+};
+
+// The prefix partials of one batch row, as the suffix pass's epilogue and the
+// merge kernel read them.
+struct PrefixPartials {
+  const float* part_o;          // [num_splits, gathered tokens, Hq, D]
+  const float* part_lse;        // [num_splits, gathered tokens, Hq]
+  const int* gathered_row_of;   // [batch tokens]  gathered row of a batch row, -1: not cascaded
+  int num_splits;
+  int num_gathered;             // gathered tokens
+
+  // Merges the partials of batch row q_row (token * Hq + head) into acc, whose
+  // N values are dims dim(i) of the row. Rows that are not cascaded are left alone.
+  template <int N, class Dim>
+  __device__ __forceinline__ void merge_into(SoftmaxState<N>& acc, size_t q_row, int num_q_heads, int head_dim,
+                                             Dim dim) const {
+    const int token = static_cast<int>(q_row / num_q_heads), head = static_cast<int>(q_row % num_q_heads);
+    const int g_row = gathered_row_of[token];
+    if (g_row < 0) return;
+    for (int s = 0; s < num_splits; ++s) {
+      // TODO 2: merge prefix split s of this row: the state SoftmaxState<N>::partial(its lse, its N values of o)
+      (void)s, (void)head_dim, (void)dim;
+      if (threadIdx.x == 0) PA_TODO(2);
+    }
+  }
+};
+
+// The suffix pass's Slice over whole query tiles: keys from the request's
+// suffix_begin on, and an epilogue that merges the prefix partials.
+struct SuffixMerge {
+  const int* suffix_begin;  // [num_requests]  prefix_len of the request's cascaded group, else 0
+  PrefixPartials prefix;
+
+  __device__ __forceinline__ int query_tile() const { return gridDim.x - 1 - blockIdx.x; }
+
+  __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
+    // TODO 3: the request's own keys: from max(tile_kv_begin, its suffix_begin) to tile_kv_end
+    (void)tile_kv_begin, (void)tile_kv_end;
+    if (threadIdx.x == 0) PA_TODO(3);
+    return {0, 0};  // placeholder: no keys of its own
+  }
+
+  // The lane holds dims 8j + 2t4 + h of the row (o[j][2 half + h]); merged
+  // with the prefix partials, then written as stage 03's WholeContext does.
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    constexpr int N = 2 * O_TILES;
+    float mine[N];
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) mine[2 * j] = o[j][2 * half] * inv_l, mine[2 * j + 1] = o[j][2 * half + 1] * inv_l;
+    SoftmaxState<N> acc = SoftmaxState<N>::partial(lse, mine);
+    auto dim = [t4](int i) { return 8 * (i >> 1) + 2 * t4 + (i & 1); };
+    prefix.merge_into(acc, q_row, p.num_q_heads, 8 * O_TILES, dim);
+    const float inv = acc.inv_l();
+    bf16* out_row = p.out + q_row * (8 * O_TILES);  // [HEAD_DIM]
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out_row + 8 * j + 2 * t4) =
+          __floats2bfloat162_rn(acc.o[2 * j] * inv, acc.o[2 * j + 1] * inv);
+    }
+    if (p.lse != nullptr && t4 == 0) p.lse[q_row] = acc.lse();
+  }
+};
+
+// The suffix pass's Slice for decode batches with long suffixes: stage 04's
+// splits, counted from the request's suffix_begin; merge_cascade_kernel then
+// merges them with the prefix partials.
+struct SuffixSplits : stage04::Splits {
+  const int* suffix_begin;  // [num_requests]
+
+  __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
+    return stage04::Splits::key_range(max(tile_kv_begin, suffix_begin[blockIdx.z]), tile_kv_end);
+  }
+};
+
+// Program (request r, query head h) of a decode batch: merges r's suffix splits
+// and, when r is cascaded, its prefix partials, thread i owning dims 4i..4i+3.
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionParams p, stage04::Splits suffix,
+                                                                     PrefixPartials prefix) {
+  const int r = blockIdx.x, h = blockIdx.y, chunk = threadIdx.x;
+  const int row = p.batch.query_start_loc[r];
+  if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row
+  const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;
+  const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;
+  SoftmaxState<4> acc;
+  acc.init();
+  for (int s = 0; s < suffix.num_splits; ++s) {
+    const size_t part_row = s * split_stride + q_row;
+    const float4 v = *reinterpret_cast<const float4*>(suffix.part_o + part_row * HEAD_DIM + 4 * chunk);
+    const float o[4] = {v.x, v.y, v.z, v.w};
+    acc.merge(SoftmaxState<4>::partial(suffix.part_lse[part_row], o));
+  }
+  prefix.merge_into(acc, q_row, p.num_q_heads, HEAD_DIM, [chunk](int i) { return 4 * chunk + i; });
+  const float inv_l = acc.inv_l();
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * HEAD_DIM + 4 * chunk);
+  dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
+  dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
+  if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
+}
+
+// Gathered row v = batch row rows[v]: [Hq * D] bf16 each, 16 bytes per copy.
+__global__ void gather_queries_kernel(const bf16* __restrict__ q,  // [batch tokens, Hq, D]
+                                      bf16* __restrict__ q_g,      // [gathered tokens, Hq, D]
+                                      const int* __restrict__ rows, int row_elems) {
+  const int v = blockIdx.x;
+  const bf16* src = q + static_cast<size_t>(rows[v]) * row_elems;
+  bf16* dst = q_g + static_cast<size_t>(v) * row_elems;
+  for (int i = 8 * threadIdx.x; i < row_elems; i += 8 * blockDim.x) {
+    *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+  }
+}
+
+}  // namespace
+}  // namespace pa::stage07
