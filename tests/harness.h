@@ -81,6 +81,33 @@ inline std::vector<float> expect_matches_oracle(const Case& c, const Forward& fo
   return out;
 }
 
+// For batches that are not built from a Case alone (stage 07's shared prefixes:
+// make_problem, then share_prefixes): the output and lse already on the device
+// against the oracle, by the same rule as expect_matches_oracle. `label` names
+// the case in the failure message.
+inline void expect_device_matches_oracle(const Problem& p, const DeviceBatch& db, const std::string& label,
+                                         const OracleResult& want) {
+  const std::vector<float> out = db.out_host();
+  const std::vector<float> lse = db.lse_host();
+  const AttentionCheck a = check_attention(p, want, out, &lse);
+  EXPECT_TRUE(a.out.ok) << label << " (" << p.cfg.describe() << ") against the oracle\n" << a.out.report;
+  if (a.lse) EXPECT_TRUE(a.lse->ok) << label << " (" << p.cfg.describe() << ") against the oracle\n" << a.lse->report;
+}
+
+// Two backends' answers on the same batch, element by element, by the same
+// tolerance table (out: the bf16 row, lse: the fp32 row), `want` taken as the
+// reference. Both are also checked against the oracle; this names the first
+// elements where a new path drifts from the path it replaces.
+inline void expect_same_as_backend(const Problem& p, const std::vector<float>& out, const std::vector<float>& lse,
+                                   const std::vector<float>& want_out, const std::vector<float>& want_lse,
+                                   const std::string& label) {
+  const std::vector<double> ref_out(want_out.begin(), want_out.end()), ref_lse(want_lse.begin(), want_lse.end());
+  const CheckResult o = check_rows(out, ref_out, p.meta, p.cfg.num_q_heads, p.cfg.head_dim, Precision::bf16, "out");
+  const CheckResult l = check_rows(lse, ref_lse, p.meta, p.cfg.num_q_heads, 1, Precision::fp32, "lse");
+  EXPECT_TRUE(o.ok) << label << " (" << p.cfg.describe() << ")\n" << o.report;
+  EXPECT_TRUE(l.ok) << label << " (" << p.cfg.describe() << ")\n" << l.report;
+}
+
 // After a forward on a batch with padding rows (rows past the last request):
 // every element of those rows is exactly +0.0 (bit pattern 0) and their lse is
 // -inf. `label` starts the failure messages (e.g. the cache format).

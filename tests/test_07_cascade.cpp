@@ -1,0 +1,417 @@
+// Stage 07: cascade attention for shared prefixes. Requests whose block tables
+// start with the same physical blocks (share_prefixes in common/problem.h) read
+// that prefix once for the group: a prefix pass over all their queries, a pass
+// over each request's own positions, and a log-sum-exp merge of the two.
+// Every case is checked three ways:
+//  - against the fp64 oracle, which reads each request's context through its
+//    own table (shared blocks are simply what every member sees), out and lse;
+//  - against the plain path on the same batch: this stage's own launch with
+//    every group plain (force 0), where each request reads its whole context
+//    through its table with stage 03/04/05's tiles, as a batch without groups
+//    would (the stage's test binary links only stage 07's kernels);
+//  - the plan: force 1 puts every group that has queries on the cascade path,
+//    force 0 none.
+// 8-bit caches are compared with the oracle on the dequantized cache, as in
+// stage 05.
+#include <cstring>
+#include <initializer_list>
+
+#include "tests/harness.h"
+
+namespace pa::test {
+namespace {
+
+using stage07::Path;
+
+// stage07::plan's `force`.
+constexpr int kCascade = 1;  // every group with queries takes the cascade path
+constexpr int kModel = -1;   // the cost model decides per group
+constexpr int kPlain = 0;    // every group reads its prefix through its members' tables
+
+using GroupSpec = std::vector<std::pair<std::vector<int>, int>>;  // (members, prefix_len), as share_prefixes takes
+
+struct CascadeCase {
+  Case c;            // config, requests, build options
+  GroupSpec groups;  // which requests share which prefix
+  int force;         // kCascade, kModel or kPlain
+};
+
+std::string cascade_case_name(const testing::TestParamInfo<CascadeCase>& info) { return info.param.c.name; }
+void PrintTo(const CascadeCase& k, std::ostream* os) {
+  *os << k.c.name << " (" << k.c.cfg.describe() << ", force " << k.force << ")";
+}
+
+std::vector<RequestShape> concat(std::initializer_list<std::vector<RequestShape>> parts) {
+  std::vector<RequestShape> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+AttentionConfig cfg_of(int num_q_heads, int num_kv_heads, int head_dim, int block_size, KvFormat f = KvFormat::bf16) {
+  AttentionConfig c = config(num_q_heads, num_kv_heads, head_dim, block_size);
+  c.kv_format = f;
+  return c;
+}
+
+// `members` decodes at prefix_len + suffix_len sharing a prefix (block size 16
+// unless given): shared_prefix_decodes from common/problem.h.
+std::vector<RequestShape> decodes(int members, int prefix_len, int suffix_len, int block_size = 16) {
+  return shared_prefix_decodes(members, prefix_len, suffix_len, block_size);
+}
+// `members` prefill chunks of q_len queries after prefix_len + suffix_len cached positions.
+std::vector<RequestShape> chunks(int members, int prefix_len, int suffix_len, int q_len, int block_size = 16) {
+  return shared_prefix_requests(members, prefix_len, suffix_len, q_len, block_size);
+}
+
+// Request indices [first, first + count): a group's members.
+std::vector<int> members(int first, int count) {
+  std::vector<int> m(count);
+  for (int i = 0; i < count; ++i) m[i] = first + i;
+  return m;
+}
+
+// The path a cascade replaces, on the same batch: no group cascaded.
+void run_plain(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>& groups) {
+  stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, kPlain));
+}
+
+int queries_of(const BatchMeta& m, const PrefixGroup& g) {
+  int n = 0;
+  for (int r : g.members) n += m.q_len(r);
+  return n;
+}
+
+class Stage07 : public testing::TestWithParam<CascadeCase> {};
+
+TEST_P(Stage07, MatchesOracleAndPlainPath) {
+  const CascadeCase& k = GetParam();
+  Problem p = make_problem(k.c.cfg, k.c.requests, k.c.opt);
+  const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
+  DeviceBatch db(p);
+  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, k.force);
+
+  ASSERT_EQ(plan.paths.size(), groups.size()) << "one path per group";
+  if (k.force != kModel) {
+    int cascaded = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const bool want_cascade = k.force == kCascade && queries_of(p.meta, groups[g]) > 0;
+      cascaded += want_cascade;
+      EXPECT_EQ(plan.paths[g], want_cascade ? Path::cascade : Path::plain)
+          << "group " << g << " with force " << k.force
+          << (want_cascade ? ": force 1 cascades every group that has queries" : "");
+    }
+    EXPECT_EQ(plan.num_groups, cascaded) << "groups on the cascade path";
+  }
+
+  stage07::forward(db.params(), plan);
+  const std::string label = "case " + k.c.name + " (force " + std::to_string(k.force) + ")";
+  expect_device_matches_oracle(p, db, label, reference_attention(p));
+  const std::vector<float> out = db.out_host(), lse = db.lse_host();
+
+  if (k.force == kPlain) return;
+  db.poison_outputs();
+  run_plain(p, db, groups);
+  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against the plain path (force 0)");
+}
+
+std::vector<CascadeCase> stage07_cases() {
+  using F = KvFormat;
+  const AttentionConfig g4 = config(8, 2, 128, 16);  // GQA group 4, the most common shape here
+  // Two groups (prefix 37 ending inside a block; prefix 64 on block boundaries),
+  // a decode and a full prompt in no group, a request with no query, padding rows.
+  const std::vector<RequestShape> two_groups = concat({decodes(3, 37, 11), {{1, 70}}, chunks(2, 64, 3, 4), {{16, 16}},
+                                                       {{0, 0}}});
+  const GroupSpec two_groups_spec = {{{0, 1, 2}, 37}, {{4, 5}, 64}};
+  // The same as decodes only: the plain path splits the decodes (stage 04's tiles and merge).
+  const std::vector<RequestShape> two_groups_decodes = concat({decodes(3, 37, 11), {{1, 70}}, decodes(2, 64, 3),
+                                                               {{1, 9}}, {{0, 0}}});
+  const BuildOptions padded{.seed = 7, .padding_rows = 3};
+
+  std::vector<CascadeCase> cases = {
+      // A prefix on block boundaries; suffix 0: the decode's history is exactly the prefix.
+      {{"Prefix32_BlockMultiple_Suffix0_Decodes_Group4_D128", g4, decodes(4, 32, 0)}, {{{0, 1, 2, 3}, 32}}, kCascade},
+      {{"Prefix32_BlockMultiple_Suffix1_Decodes_Group4_D128", g4, decodes(4, 32, 1)}, {{{0, 1, 2, 3}, 32}}, kCascade},
+      // A prefix that ends inside its last block: the block's slots 5..15 belong to
+      // each member's own pass, read from the shared block.
+      {{"Prefix37_InsideBlock_Suffix11_Decodes_Group4_D128", g4, decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix37_InsideBlock_UnevenSuffixes_Decodes_Group4_D128", g4,
+        concat({decodes(1, 37, 11), decodes(1, 37, 12), decodes(1, 37, 60), decodes(1, 37, 27)})},
+       {{{0, 1, 2, 3}, 37}},
+       kCascade},
+      // A one-position prefix: the rest of its block is each member's own.
+      {{"Prefix1_InsideFirstBlock_Suffix15_Decodes_Group4_D64", config(8, 2, 64, 16), decodes(3, 1, 15)},
+       {{{0, 1, 2}, 1}},
+       kCascade},
+      // Block sizes: one position per block (every prefix is a block multiple), 64.
+      {{"Prefix37_Block1_Suffix0_Decodes_Group4_D64", config(8, 2, 64, 1), decodes(3, 37, 0, 1)}, {{{0, 1, 2}, 37}},
+       kCascade},
+      {{"Prefix37_Block1_Suffix1_Decodes_Group4_D64", config(8, 2, 64, 1), decodes(3, 37, 1, 1)}, {{{0, 1, 2}, 37}},
+       kCascade},
+      {{"Prefix128_Block64_Suffix0_Decodes_Group4_D128", config(8, 2, 128, 64), decodes(3, 128, 0, 64)},
+       {{{0, 1, 2}, 128}},
+       kCascade},
+      {{"Prefix100_Block64_InsideBlock_Suffix28_Decodes_Group4_D128", config(8, 2, 128, 64), decodes(3, 100, 28, 64)},
+       {{{0, 1, 2}, 100}},
+       kCascade},
+      // GQA groups 1, 3 (padded to 4), 4, 8 and head dims 64, 128, 256.
+      {{"Prefix37_Decodes_MHA_D64", config(4, 4, 64, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix37_Decodes_Group3_D128", config(6, 2, 128, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix37_Decodes_Group8_D128", config(16, 2, 128, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix37_Decodes_Group4_D256", config(8, 2, 256, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix32_Decodes_Group8_D256", config(16, 2, 256, 16), decodes(3, 32, 1)}, {{{0, 1, 2}, 32}}, kCascade},
+      {{"Prefix37_PrefillChunks_Group3_D64", config(6, 2, 64, 16), chunks(3, 37, 11, 5)}, {{{0, 1, 2}, 37}},
+       kCascade},
+      // More group rows than a decode tile holds (8 members x 4 heads): the prefix pass's large tile.
+      {{"Prefix37_EightMembers_Decodes_Group4_D128", g4, decodes(8, 37, 11)}, {{members(0, 8), 37}},
+       kCascade},
+      {{"Prefix64_SixteenMembers_Decodes_Qwen3Shape", config(32, 8, 128, 16), decodes(16, 64, 5)},
+       {{members(0, 16), 64}},
+       kCascade},
+      {{"Prefix200_FortyMembers_TwoPrefixTiles_Qwen3Shape", config(32, 8, 128, 16), decodes(40, 200, 8)},
+       {{members(0, 40), 200}},
+       kCascade},
+      // Prefill chunks whose queries lie after the prefix: short ones, long ones
+      // (480 group rows: several prefix query tiles), and decodes and a chunk in one group.
+      {{"Prefix37_PrefillChunks5_Group4_D128", g4, chunks(3, 37, 11, 5)}, {{{0, 1, 2}, 37}}, kCascade},
+      {{"Prefix32_Suffix0_PrefillChunks40_Group4_D64", config(8, 2, 64, 16), chunks(3, 32, 0, 40)},
+       {{{0, 1, 2}, 32}},
+       kCascade},
+      {{"Prefix37_DecodesAndAChunkInOneGroup_Group4_D128", g4, concat({decodes(2, 37, 11), chunks(1, 37, 20, 7)})},
+       {{{0, 1, 2}, 37}},
+       kCascade},
+      // Two groups in one batch, requests in no group, a request with no query, padding rows.
+      {{"TwoGroupsAndUngrouped_Mixed_Padding_Group4_D128", g4, two_groups, padded}, two_groups_spec, kCascade},
+      {{"TwoGroupsAndUngrouped_DecodesOnly_Padding_Group3_D64", config(6, 2, 64, 16), two_groups_decodes, padded},
+       {{{0, 1, 2}, 37}, {{4, 5}, 64}},
+       kCascade},
+      // Members without a query: one in a group that has queries, and a group with none (it stays plain).
+      {{"MembersWithoutQueries_Group4_D64", config(8, 2, 64, 16),
+        concat({decodes(2, 37, 11), {{0, 40}}, {{0, 45}, {0, 40}}})},
+       {{{0, 1, 2}, 37}, {{3, 4}, 37}},
+       kCascade},
+      // A long prefix (the prefix pass splits it into key ranges) and long suffixes
+      // (the own-positions pass splits too, and the merge takes the prefix partials).
+      {{"LongPrefix1000_PrefixSplits_Group2_D64", config(2, 1, 64, 16), decodes(2, 1000, 8)}, {{{0, 1}, 1000}},
+       kCascade},
+      // Two groups whose prefixes differ in length: the short one's later key ranges are empty (lse -inf).
+      {{"TwoGroups_LongAndShortPrefix_EmptyPrefixRanges_Group2_D64", config(2, 1, 64, 16),
+        concat({decodes(2, 1000, 8), decodes(2, 37, 11)})},
+       {{{0, 1}, 1000}, {{2, 3}, 37}},
+       kCascade},
+      {{"LongSuffixes1100_SplitOwnPass_MHA_D64", config(1, 1, 64, 16), decodes(2, 64, 1100)}, {{{0, 1}, 64}},
+       kCascade},
+      // 8-bit caches.
+      {{"Int8_Prefix37_Decodes_Group4_D128", cfg_of(8, 2, 128, 16, F::int8), decodes(4, 37, 11)},
+       {{{0, 1, 2, 3}, 37}},
+       kCascade},
+      {{"Fp8_Prefix37_Decodes_Group4_D128", cfg_of(8, 2, 128, 16, F::fp8_e4m3), decodes(4, 37, 11)},
+       {{{0, 1, 2, 3}, 37}},
+       kCascade},
+      {{"Int8_TwoGroupsAndUngrouped_Mixed_Padding_Group3_D64", cfg_of(6, 2, 64, 16, F::int8), two_groups, padded},
+       two_groups_spec,
+       kCascade},
+      {{"Fp8_TwoGroupsAndUngrouped_Mixed_Padding_Group4_D128", cfg_of(8, 2, 128, 16, F::fp8_e4m3), two_groups,
+        padded},
+       two_groups_spec,
+       kCascade},
+      {{"Fp8_Prefix37_Block1_Suffix0_Decodes_Group8_D64", cfg_of(16, 2, 64, 1, F::fp8_e4m3), decodes(3, 37, 0, 1)},
+       {{{0, 1, 2}, 37}},
+       kCascade},
+      {{"Int8_Prefix100_Block64_PrefillChunks_Group4_D256", cfg_of(8, 2, 256, 64, F::int8), chunks(2, 100, 28, 6, 64)},
+       {{{0, 1}, 100}},
+       kCascade},
+      {{"Int8_LongSuffixes1100_SplitOwnPass_MHA_D64", cfg_of(1, 1, 64, 16, F::int8), decodes(2, 64, 1100)},
+       {{{0, 1}, 64}},
+       kCascade},
+      // The cost model decides (on the CPU runtime's few "SMs"), and force 0.
+      {{"Model_Prefix37_Decodes_Group4_D128", g4, decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kModel},
+      {{"Model_TwoGroupsAndUngrouped_Mixed_Padding_Group4_D128", g4, two_groups, padded}, two_groups_spec, kModel},
+      {{"Model_LongPrefix1000_Group2_D64", config(2, 1, 64, 16), decodes(4, 1000, 8)}, {{{0, 1, 2, 3}, 1000}},
+       kModel},
+      // Long enough for the model to cascade on a runtime of a few "SMs" (and plain on a GPU).
+      {{"Model_SixteenMembersPrefix2000_Group2_D64", config(2, 1, 64, 16), decodes(16, 2000, 0)},
+       {{members(0, 16), 2000}},
+       kModel},
+      {{"Model_Int8_Prefix37_Decodes_Group4_D128", cfg_of(8, 2, 128, 16, F::int8), decodes(4, 37, 11)},
+       {{{0, 1, 2, 3}, 37}},
+       kModel},
+      {{"Plain_Prefix37_Decodes_Group4_D128", g4, decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kPlain},
+      {{"Plain_Fp8_TwoGroupsAndUngrouped_Mixed_Padding", cfg_of(8, 2, 64, 16, F::fp8_e4m3), two_groups, padded},
+       two_groups_spec,
+       kPlain},
+  };
+  if (kGpuBuild) {
+    // Full size on a GPU: 64 decodes of Qwen3-8B sharing a 4000-token system prompt.
+    const std::vector<int> all = members(0, 64);
+    const AttentionConfig qwen = config(32, 8, 128, 16);
+    cases.push_back({{"Gpu_Prefix4000_64Decodes_Qwen3Shape", qwen, decodes(64, 4000, 96)}, {{all, 4000}}, kCascade});
+    cases.push_back({{"Gpu_Model_Prefix4000_64Decodes_Qwen3Shape", qwen, decodes(64, 4000, 96)}, {{all, 4000}},
+                     kModel});
+    cases.push_back({{"Gpu_Int8_Prefix4000_64Decodes_Qwen3Shape", cfg_of(32, 8, 128, 16, F::int8),
+                      decodes(64, 4000, 96)},
+                     {{all, 4000}},
+                     kCascade});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Stage07, testing::ValuesIn(stage07_cases()), cascade_case_name);
+
+// Padding rows and requests without a query: exactly +0.0 with lse -inf.
+TEST(Stage07Padding, ExactZerosCascade) {
+  Problem p = make_problem(config(8, 2, 64, 16), concat({decodes(3, 37, 11), {{0, 0}}, chunks(2, 32, 0, 3)}),
+                           BuildOptions{.seed = 3, .padding_rows = 3});
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1, 2}, 37}, {{4, 5}, 32}});
+  DeviceBatch db(p);
+  stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, kCascade));
+  expect_padding_rows_exact_zero(p, db);
+}
+
+TEST(Stage07Reruns, BitIdenticalCascade) {
+  Problem p = make_problem(config(8, 2, 64, 16), concat({decodes(4, 37, 11), chunks(2, 1000, 8, 3)}));
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1, 2, 3}, 37}, {{4, 5}, 1000}});
+  DeviceBatch db(p);
+  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
+  stage07::forward(db.params(), plan);
+  const std::vector<bf16> first = db.out.download();
+  const std::vector<float> first_lse = db.lse.download();
+  db.poison_outputs();
+  stage07::forward(db.params(), plan);
+  const std::vector<bf16> second = db.out.download();
+  const std::vector<float> second_lse = db.lse.download();
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(bf16)))
+      << "two runs of one plan on the same input gave different outputs: a race, or a read of memory nothing wrote";
+  EXPECT_EQ(0, std::memcmp(first_lse.data(), second_lse.data(), first_lse.size() * sizeof(float)))
+      << "two runs of one plan on the same input gave different lse values";
+}
+
+// ---- errors: plan() refuses before anything touches the device -------------------
+
+// Every needle must appear in the message (the group, the request, the rule).
+template <class F>
+void expect_error_naming(F&& fn, std::initializer_list<std::string> needles) {
+  for (const std::string& needle : needles) expect_error(fn, needle);
+}
+
+// Four decodes sharing a 37-token prefix (3 blocks of 16), and one in no group.
+struct Shared {
+  Problem p;
+  std::vector<PrefixGroup> groups;
+  DeviceBatch db;
+
+  Shared() : p(build()), groups(share_prefixes(p, {{{0, 1, 2, 3}, 37}})), db(p) {}
+  static Problem build() { return make_problem(config(8, 2, 64, 16), concat({decodes(4, 37, 11), {{1, 60}}})); }
+  stage07::Cascade plan(const std::vector<PrefixGroup>& g) const { return stage07::plan(db.params(), p.meta, g); }
+};
+
+TEST(Stage07Errors, MemberTableDoesNotStartWithTheGroupsBlocks) {
+  Shared s;
+  // Request 4 is in no group: its table starts with its own blocks.
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].members.push_back(4);
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 0", "request 4", "block table entry 0"});
+}
+
+TEST(Stage07Errors, GroupWithNoMembers) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g.push_back(PrefixGroup{s.groups[0].blocks, 37, {}});
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 1", "no members"});
+}
+
+TEST(Stage07Errors, GroupWithNoPrefix) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].prefix_len = 0;
+  g[0].blocks.clear();
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 0", "prefix_len 0"});
+}
+
+TEST(Stage07Errors, GroupListsTheWrongNumberOfBlocks) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].blocks.pop_back();  // 37 positions need 3 blocks of 16
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 0", "2 blocks", "needs 3"});
+}
+
+TEST(Stage07Errors, MemberInTwoGroups) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].members = {0, 1, 2};
+  g.push_back(PrefixGroup{s.groups[0].blocks, 37, {3, 1}});
+  expect_error_naming([&] { s.plan(g); }, {"request 1", "prefix groups 0 and 1"});
+}
+
+TEST(Stage07Errors, MemberListedTwice) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].members.push_back(2);
+  expect_error_naming([&] { s.plan(g); }, {"request 2", "listed twice"});
+}
+
+TEST(Stage07Errors, RequestIndexOutOfRange) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].members.push_back(5);  // the batch has requests 0..4
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 0", "5 is not a request of this batch"});
+  g[0].members.back() = -1;
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 0", "-1 is not a request of this batch"});
+}
+
+TEST(Stage07Errors, PrefixReachesIntoNewTokens) {
+  // One decode at position 40 whose "prefix" would be 41 positions: its own new token.
+  const Problem p = make_problem(config(8, 2, 64, 16), {{1, 41}, {1, 20}});
+  DeviceBatch db(p);
+  PrefixGroup g{{p.meta.block_id(0, 0, 16), p.meta.block_id(0, 16, 16), p.meta.block_id(0, 32, 16)}, 41, {0}};
+  expect_error_naming([&] { stage07::plan(db.params(), p.meta, {g}); },
+                      {"prefix group 0", "request 0", "40 cached positions", "41"});
+}
+
+TEST(Stage07Errors, RejectsSlidingWindow) {
+  Shared s;
+  AttentionParams params = s.db.params();
+  params.window = 8;
+  expect_error([&] { stage07::plan(params, s.p.meta, s.groups, kCascade); }, "sliding window");
+}
+
+TEST(Stage07Errors, RejectsSinks) {
+  AttentionConfig cfg = config(8, 2, 64, 16);
+  cfg.with_sinks = true;
+  Problem p = make_problem(cfg, decodes(2, 32, 1));
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1}, 32}});
+  DeviceBatch db(p);
+  expect_error([&] { stage07::plan(db.params(), p.meta, groups, kCascade); }, "sinks");
+}
+
+// ---- the cost model, on an H200's 132 SMs with Qwen3-8B's shape ------------------
+constexpr int kH200Sms = 132;
+
+TEST(Stage07CostModel, TinyPrefixStaysPlain) {
+  // 2 members x 64 shared positions: 256 KB saved, less than the extra launches cost.
+  const AttentionParams p = decode_plan_sizes(2, 64 + 1);
+  EXPECT_EQ(stage07::choose_path(p, 2, 64, 1, 0, kH200Sms), Path::plain)
+      << "a 64-token prefix shared by 2 decodes: cascade loses at short prefixes and small groups (TODO 4)";
+}
+
+TEST(Stage07CostModel, LongPrefixManyMembersCascades) {
+  // 64 members x 4000 positions: 64 x 16 MB re-read in a plain decode, 16 MB once with cascade.
+  const AttentionParams p = decode_plan_sizes(64, 4000 + 96 + 1);
+  EXPECT_EQ(stage07::choose_path(p, 64, 4000, 1, 96, kH200Sms), Path::cascade)
+      << "a 4000-token prefix shared by 64 decodes is read once instead of 64 times (TODO 4)";
+}
+
+TEST(Stage07CostModel, LongPrefixManyMembersCascadesInt8) {
+  AttentionParams p = decode_plan_sizes(64, 4000 + 96 + 1);
+  p.kv.format = KvFormat::int8;
+  EXPECT_EQ(stage07::choose_path(p, 64, 4000, 1, 96, kH200Sms), Path::cascade) << "TODO 4";
+}
+
+TEST(Stage07CostModel, OneMemberStaysPlain) {
+  const AttentionParams p = decode_plan_sizes(1, 4000 + 96 + 1);
+  EXPECT_EQ(stage07::choose_path(p, 1, 4000, 1, 96, kH200Sms), Path::plain)
+      << "a group of one reads its prefix once either way (TODO 4)";
+}
+
+}  // namespace
+}  // namespace pa::test
