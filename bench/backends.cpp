@@ -4,7 +4,7 @@
 // median of event-timed runs with L2 flushed before each. Then the KV-cache
 // bytes-per-token table for Qwen3-8B. Exits 1 when any backend is wrong.
 //
-//   backends [--case mixed|long|all] [--scale auto|cpu|full] [--reps N] [--out FILE]
+//   backends [--case mixed|long|shared_prefix|all] [--scale auto|cpu|full] [--reps N] [--out FILE]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,16 +35,39 @@ struct CaseSpec {
   std::string name;
   std::string what;
   std::vector<RequestShape> requests;
+  std::vector<std::pair<std::vector<int>, int>> prefix_groups = {};  // (members, prefix_len) for share_prefixes
 };
 
+// 8 decodes whose contexts start with the same `prefix_len` cached positions,
+// stored once (share_prefixes), each with its own 96 * (r + 1) / shrink
+// positions after them.
+CaseSpec shared_prefix_case(int shrink) {
+  const int prefix_len = 4000 / shrink, members = 8;
+  CaseSpec c{"shared_prefix",
+             "decode, 8 requests sharing a " + std::to_string(prefix_len) + "-token prefix", {}, {{{}, prefix_len}}};
+  for (int r = 0; r < members; ++r) {
+    c.requests.push_back({1, prefix_len + 96 * (r + 1) / shrink + 1});
+    c.prefix_groups[0].first.push_back(r);
+  }
+  return c;
+}
+
 // Qwen3-8B attention shape. The CPU scale shrinks every context 8x so the job
-// finishes in minutes on two cores.
+// finishes in minutes on two cores (the shared prefix then ends inside a block).
 std::vector<CaseSpec> make_cases(bool full) {
   const int s = full ? 1 : 8;
   return {
       {"mixed", "2 prefill chunks + 30 decodes", mixed_chunks_and_decodes(s)},
       {"long", "decode, 4 requests x 32768 tokens", decode_requests(4, 32768 / s)},
+      shared_prefix_case(s),
   };
+}
+
+// The case's Problem: its requests, with the shared prefixes stored once.
+Problem build_problem(const AttentionConfig& cfg, const CaseSpec& c, std::vector<PrefixGroup>& groups) {
+  Problem p = make_problem(cfg, c.requests, {.seed = 2024});
+  groups = c.prefix_groups.empty() ? std::vector<PrefixGroup>{} : share_prefixes(p, c.prefix_groups);
+  return p;
 }
 
 std::string json_number(double x) {
@@ -56,7 +79,7 @@ std::string json_number(double x) {
 }
 
 void usage() {
-  std::cout << "usage: backends [--case mixed|long|all] [--scale auto|cpu|full] [--reps N] [--out FILE]\n"
+  std::cout << "usage: backends [--case mixed|long|shared_prefix|all] [--scale auto|cpu|full] [--reps N] [--out FILE]\n"
                "\n"
                "Runs every attention backend on the same batches (Qwen3-8B attention shape: 32 query heads,\n"
                "8 KV heads, head_dim 128, bf16, block size 16) and prints one JSON line per (case, backend):\n"
@@ -66,7 +89,12 @@ void usage() {
                "  max_lse_error  largest |lse - fp64 oracle| (null where the backend returns no lse)\n"
                "                 An error that is not finite (a NaN counts as +inf) prints as null, with ok false.\n"
                "  ms             median of --reps event-timed runs, L2 flushed before each (null on the CPU)\n"
-               "  kv_gbps        KV bytes a read-once kernel needs / ms (null on the CPU)\n"
+               "  kv_gbps        KV bytes a read-once kernel needs / ms (null on the CPU); on shared_prefix\n"
+               "                 the prefix counts once per request, as a kernel without cascade reads it\n"
+               "Cases: mixed (2 prefill chunks + 30 decodes), long (4 decodes x 32768 tokens), shared_prefix\n"
+               "(8 decodes sharing a 4000-token prefix stored once: every backend reads it through its block\n"
+               "table; 07_cascade reads it once for the group). On batches without shared prefixes 07_cascade\n"
+               "has no groups and runs its plain path (each request reads its whole context).\n"
                "Then the KV-cache bytes per token for Qwen3-8B (36 layers) by cache format.\n"
                "--scale cpu shrinks contexts 8x (the default without a GPU); full uses real sizes.\n"
                "Progress goes to stderr; --out also writes the JSON lines to FILE.\n"
@@ -104,8 +132,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (which != "all" && which != "mixed" && which != "long") {
-    std::cerr << "backends: --case must be mixed, long or all\n";
+  if (which != "all" && which != "mixed" && which != "long" && which != "shared_prefix") {
+    std::cerr << "backends: --case must be mixed, long, shared_prefix or all\n";
     return 2;
   }
 #if defined(PA_GPU_BUILD)
@@ -142,7 +170,8 @@ int main(int argc, char** argv) {
       if (which != "all" && which != c.name) continue;
       std::cerr << "[backends] case " << c.name << " (" << c.what << (full ? "" : ", contexts / 8")
                 << "): building inputs and the fp64 oracle...\n";
-      const Problem shared_p = make_problem(cfg, c.requests, {.seed = 2024});
+      std::vector<PrefixGroup> shared_groups;
+      const Problem shared_p = build_problem(cfg, c, shared_groups);
       const OracleResult shared_want = reference_attention(shared_p);
       DeviceBatch shared_db(shared_p);
       for (const Backend& b : pa::bench::backends()) {
@@ -153,22 +182,26 @@ int main(int argc, char** argv) {
         std::optional<Problem> own_p;
         std::optional<OracleResult> own_want;
         std::optional<DeviceBatch> own_db;
+        std::vector<PrefixGroup> own_groups;
         if (b.configure) {
           AttentionConfig own_cfg = cfg;
           b.configure(own_cfg);
-          own_p.emplace(make_problem(own_cfg, c.requests, {.seed = 2024}));
+          own_p.emplace(build_problem(own_cfg, c, own_groups));
           own_want.emplace(reference_attention(*own_p));
           own_db.emplace(*own_p);
         }
         const Problem& p = own_p ? *own_p : shared_p;
         const OracleResult& want = own_want ? *own_want : shared_want;
         DeviceBatch& db = own_db ? *own_db : shared_db;
+        const std::vector<PrefixGroup>& groups = own_p ? own_groups : shared_groups;
         if (const std::string why = b.unsupported(p); !why.empty()) {
           emit("{\"case\":\"" + c.name + "\",\"backend\":\"" + b.name + "\",\"skipped\":\"" + why + "\"}");
           continue;
         }
+        // A planned backend (stage 07) plans here, once per batch and untimed.
+        const Backend::Step step = pa::bench::make_step(b, p, db, groups);
         db.poison_outputs();
-        b.forward(p, db);
+        step();
         // Judged like the tests judge the stages; the lse too, where the backend is given one to write.
         const std::vector<float> lse = db.params().lse ? db.lse_host() : std::vector<float>{};
         const AttentionCheck check =
@@ -182,11 +215,11 @@ int main(int argc, char** argv) {
         if (gpu) {
           EventTimer timer;
           std::vector<double> times;
-          b.forward(p, db);  // warm-up
+          step();  // warm-up
           for (int rep = 0; rep < reps; ++rep) {
             flush();
             timer.start();
-            b.forward(p, db);
+            step();
             times.push_back(timer.stop());
           }
           ms = median(times);

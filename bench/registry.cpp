@@ -1,5 +1,7 @@
 #include "registry.h"
 
+#include <memory>
+
 #include "common/stages.h"
 
 namespace pa::bench {
@@ -27,8 +29,21 @@ const std::vector<Backend>& backends() {
       // Window 4096 on every case: the 32768-token decodes read 1/8 of their context.
       {"06_sliding_window", always, [](const Problem&, DeviceBatch& db) { stage06::forward(db.params()); },
        [](AttentionConfig& c) { c.window = kBenchWindow; }},
+      // Every group cascaded (force 1). A batch without shared prefixes has no
+      // groups: every request then reads its whole context in the suffix pass
+      // (the plain path). bench_cascade also times the cost model's choice.
+      {"07_cascade", always, nullptr, nullptr,
+       [](const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>& groups) -> Backend::Step {
+         auto plan = std::make_shared<stage07::Cascade>(stage07::plan(db.params(), p.meta, groups, /*force=*/1));
+         return [plan, params = db.params()] { stage07::forward(params, *plan); };
+       }},
   };
   return all;
+}
+
+Backend::Step make_step(const Backend& b, const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>& groups) {
+  if (b.prepare) return b.prepare(p, db, groups);
+  return [&b, &p, &db] { b.forward(p, db); };
 }
 
 }  // namespace pa::bench

@@ -16,14 +16,26 @@ struct Backend {
   std::string name;
   // Empty string: supported; otherwise why not.
   std::function<std::string(const Problem&)> unsupported;
+  // One decode step on the batch. Null for backends that need a plan (prepare).
   std::function<void(const Problem&, DeviceBatch&)> forward;
   // Adjusts the model configuration before the backend's Problem is built (e.g.
   // an 8-bit cache format, a sliding window); null = the shared Problem. The
   // benchmark's bytes (Problem::kv_bytes_read) come from that Problem, so the
   // floor is the backend's own: codes + scales, or only the window's keys.
   std::function<void(AttentionConfig&)> configure = nullptr;
+  // Backends with a per-batch plan (stage 07's cascade over the batch's shared
+  // prefixes): builds it once, outside the timed region, as a serving engine
+  // plans a step, and returns the step that runs forward with it. Null = the
+  // step is forward alone.
+  using Step = std::function<void()>;
+  std::function<Step(const Problem&, DeviceBatch&, const std::vector<PrefixGroup>&)> prepare = nullptr;
 };
 
 const std::vector<Backend>& backends();
+
+// The step to time for backend b on this batch: b.prepare's planned step, or
+// b.forward. `groups` are the batch's shared prefixes (share_prefixes), empty
+// when it has none; only planned backends read them.
+Backend::Step make_step(const Backend& b, const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>& groups);
 
 }  // namespace pa::bench

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build the GPU flavor, run the tests (CPU-sized and
 # full-sized cases), check a few under compute-sanitizer, run the main job, the
-# benchmark suite, PyTorch's reference points, and the plots; leave every log,
-# JSON and PNG file in OUTDIR.
+# benchmark suites (bench_attention, bench_cascade), PyTorch's reference points,
+# and the plots; leave every log, JSON, PNG and markdown file in OUTDIR.
 #
-#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--bench-filter REGEX] [--ncu REGEX]
+#   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--skip-cascade]
+#                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX]
+#
+# --skip-bench skips bench_attention (and with it the PyTorch reference points);
+# --skip-cascade skips bench_cascade (stage 07: cascade.json, cascade.txt,
+# cascade_speedup.png, cascade.md). The filters select benchmarks of each suite.
 #
 # GoogleTest / Google Benchmark are taken from the system, or from .deps/ (see
 # README) on machines without them.
@@ -12,14 +17,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
-skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 bench_filter=. ncu_filter=
+skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 skip_cascade=0 bench_filter=. cascade_filter=. ncu_filter=
 while (($#)); do
   case $1 in
     --skip-tests) skip_tests=1 ;;
     --skip-sanitizer) skip_sanitizer=1 ;;
     --skip-bench) skip_bench=1 ;;
     --skip-torch) skip_torch=1 ;;
+    --skip-cascade) skip_cascade=1 ;;
     --bench-filter) bench_filter=$2; shift ;;
+    --cascade-filter) cascade_filter=$2; shift ;;
     --ncu) ncu_filter=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -34,9 +41,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 
 step build
 jobs=$(nproc)
-# Without tests, only the two benchmark programs are needed.
+# Without tests, only the benchmark programs are needed.
 targets=()
-((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention)
+((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention bench_cascade)
 { cmake --preset gpu && cmake --build --preset gpu -j "$jobs" "${targets[@]}"; } > "$out/build.log" 2>&1 || {
   tail -50 "$out/build.log"; echo "build failed"; exit 1; }
 
@@ -81,5 +88,15 @@ if ((!skip_bench)); then
     python3 plots/plot_bench.py --bench "$out/bench.json" --torch "$out/torch.json" --out "$out" || status=1
     python3 plots/summarize.py --bench "$out/bench.json" --torch "$out/torch.json" | tee "$out/summary.md"
   fi
+fi
+
+if ((!skip_cascade)); then
+  step bench_cascade
+  build/gpu/bench/bench_cascade --benchmark_filter="$cascade_filter" \
+    --benchmark_out="$out/cascade.json" --benchmark_out_format=json > "$out/cascade.txt" 2>&1 || status=1
+  grep -E "read probe|floor_fraction|failed|not run" "$out/cascade.txt" | sed -E 's/ +/ /g' | cut -c1-220
+  step cascade plots
+  python3 plots/plot_cascade.py --bench "$out/cascade.json" --out "$out" --md "$out/cascade.md" > /dev/null || status=1
+  cat "$out/cascade.md"
 fi
 exit $status
