@@ -3,6 +3,11 @@
 // kv_pos % block_size; slot = block * block_size + offset; and KV head h's row
 // of that slot is cache row slot * num_kv_heads + h (of [num_blocks *
 // block_size * num_kv_heads] rows, head_dim values each).
+//
+// block_shift (log2 block_size) and num_kv_heads are arguments rather than
+// members: callers pass the kernel's parameters, which the compiler reads from
+// constant memory at each use; copies held in a struct would occupy registers
+// for the whole key loop.
 #pragma once
 
 #include <cstddef>
@@ -15,29 +20,25 @@ namespace pa {
 
 struct KvLookup {
   const int* table;  // [max_blocks_per_seq]  this request's physical block ids
-  int block_shift;   // log2(block_size)
-  int num_kv_heads;
   int kv_head;
 
-  __device__ __forceinline__ KvLookup(const AttentionParams& p, int r, int block_shift_, int kv_head_)
-      : table(p.batch.block_table + static_cast<size_t>(r) * p.batch.max_blocks_per_seq),
-        block_shift(block_shift_),
-        num_kv_heads(p.kv.num_kv_heads),
-        kv_head(kv_head_) {}
+  __device__ __forceinline__ KvLookup(const AttentionParams& p, int r, int kv_head_)
+      : table(p.batch.block_table + static_cast<size_t>(r) * p.batch.max_blocks_per_seq), kv_head(kv_head_) {}
 
   // The block-table entry of the block holding kv_pos.
-  __device__ __forceinline__ int entry(int kv_pos) const { return table[kv_pos >> block_shift]; }
+  __device__ __forceinline__ int entry(int kv_pos, int block_shift) const { return table[kv_pos >> block_shift]; }
   // kv_pos's slot, given its block's entry (32 bits: num_blocks * block_size < 2^32).
-  __device__ __forceinline__ uint32_t slot(int entry_of_block, int kv_pos) const {
+  __device__ __forceinline__ static uint32_t slot(int entry_of_block, int kv_pos, int block_shift) {
     return (static_cast<uint32_t>(entry_of_block) << block_shift) + (kv_pos & ((1 << block_shift) - 1));
   }
   // This KV head's row of a slot.
-  __device__ __forceinline__ size_t head_row_of_slot(uint32_t s) const {
+  __device__ __forceinline__ size_t head_row_of_slot(uint32_t s, int num_kv_heads) const {
     return static_cast<size_t>(s) * num_kv_heads + kv_head;
   }
   // This KV head's cache row of key kv_pos.
-  __device__ __forceinline__ size_t head_row(int kv_pos) const {
-    const size_t s = (static_cast<size_t>(entry(kv_pos)) << block_shift) + (kv_pos & ((1 << block_shift) - 1));
+  __device__ __forceinline__ size_t head_row(int kv_pos, int block_shift, int num_kv_heads) const {
+    const size_t s = (static_cast<size_t>(entry(kv_pos, block_shift)) << block_shift) +
+                     (kv_pos & ((1 << block_shift) - 1));
     return s * num_kv_heads + kv_head;
   }
 };

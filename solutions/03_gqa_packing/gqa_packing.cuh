@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   // K/V tile `tile` -> ring slot `slot`, 16 bytes per copy, each key's row found
   // through the block table. Keys at or past keys.end are zero-filled: the slots
   // past seq_len may hold anything (NaN in the tests), and 0 * NaN = NaN.
-  const KvLookup lookup(p, qt.r, pk.block_shift, qt.kv_head);
+  const KvLookup lookup(p, qt.r, qt.kv_head);
   auto load_kv_tile = [&](int tile, int slot) {
     bf16* k_dst = k_s + slot * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
     bf16* v_dst = v_s + slot * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
@@ -311,7 +311,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
       const int j = c / CHUNKS, chunk = c % CHUNKS;
       const int kv_pos = keys.begin + tile * TILE_K + j;
       const bool in_range = kv_pos < keys.end;
-      const size_t offset = (in_range ? lookup.head_row(kv_pos) : 0) * HEAD_DIM + chunk * 8;  // from the cache base
+      const size_t head_row = in_range ? lookup.head_row(kv_pos, pk.block_shift, p.kv.num_kv_heads) : 0;
+      const size_t offset = head_row * HEAD_DIM + chunk * 8;  // elements from the cache base
       cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
       cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
     }

@@ -96,12 +96,13 @@ struct CodeTiles {
   const float* k_scale_src;  // [num_slots * Hkv]
   const float* v_scale_src;  // [num_slots * Hkv]
   KvLookup lookup;
+  int block_shift, num_kv_heads;
   KeyRange keys;
   int copier, copy_row0;  // this thread's index among the copiers, and their first row of a tile
   int next_entry;         // decode tiles: this lane's block entry of the next tile to load
 
   __device__ __forceinline__ CodeTiles(uint8_t* base, const AttentionParams& p_, const KvLookup& lookup_,
-                                       KeyRange keys_, int lane, int key0)
+                                       int block_shift_, KeyRange keys_, int lane, int key0)
       : k_codes(base),
         v_codes(base + STAGES * T::KV_ELEMS),
         k_scale(reinterpret_cast<float*>(base + 2 * STAGES * T::KV_ELEMS)),
@@ -111,6 +112,8 @@ struct CodeTiles {
         k_scale_src(p_.kv.k_scale),
         v_scale_src(p_.kv.v_scale),
         lookup(lookup_),
+        block_shift(block_shift_),
+        num_kv_heads(p_.kv.num_kv_heads),
         keys(keys_),
         copier(WARP_PRIVATE ? lane : static_cast<int>(threadIdx.x)),
         copy_row0(WARP_PRIVATE ? key0 : 0),
@@ -119,7 +122,7 @@ struct CodeTiles {
   // Decode tiles: the block entry of this lane's row of tile `tile` (0 past the end).
   __device__ __forceinline__ int entry_of(int tile) const {
     const int kv_pos = keys.begin + tile * TILE_K + copy_row0 + copier % COPY_ROWS;
-    return kv_pos < keys.end ? lookup.entry(kv_pos) : 0;
+    return kv_pos < keys.end ? lookup.entry(kv_pos, block_shift) : 0;
   }
 
   // Tile `tile` -> ring slot `slot`. Keys at or past keys.end get code 0 AND
@@ -131,8 +134,8 @@ struct CodeTiles {
     const int tile_pos = keys.begin + tile * TILE_K;  // the tile's first key
     [[maybe_unused]] uint32_t own_slot = 0;           // decode tiles: the slot of this lane's row
     if constexpr (WARP_PRIVATE) {
-      own_slot = lookup.slot(entry, tile_pos + copy_row0 + copier % COPY_ROWS);
-      const uint32_t slot_bytes = static_cast<uint32_t>(lookup.num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
+      own_slot = KvLookup::slot(entry, tile_pos + copy_row0 + copier % COPY_ROWS, block_shift);
+      const uint32_t slot_bytes = static_cast<uint32_t>(num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
       const size_t fixed = static_cast<size_t>(lookup.kv_head) * HEAD_DIM + chunk * 16;  // this head's row, this chunk
 #pragma unroll
       for (int i = 0; i < COPIES; ++i) {
@@ -149,7 +152,7 @@ struct CodeTiles {
       for (int i = 0; i < COPIES; ++i) {
         const int j = i * ROWS_PER_COPY + copier / CODE_CHUNKS;
         const bool in_range = tile_pos + j < keys.end;
-        const size_t offset = (in_range ? lookup.head_row(tile_pos + j) : 0) * HEAD_DIM + chunk * 16;
+        const size_t offset = (in_range ? lookup.head_row(tile_pos + j, block_shift, num_kv_heads) : 0) * HEAD_DIM + chunk * 16;
         cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), k_src + offset, in_range);
         cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), v_src + offset, in_range);
       }
@@ -162,9 +165,9 @@ struct CodeTiles {
       const bool in_range = tile_pos + j < keys.end;
       size_t head_row = 0;
       if constexpr (WARP_PRIVATE) {
-        head_row = lookup.head_row_of_slot(own_slot);
+        head_row = lookup.head_row_of_slot(own_slot, num_kv_heads);
       } else if (in_range) {
-        head_row = lookup.head_row(tile_pos + j);
+        head_row = lookup.head_row(tile_pos + j, block_shift, num_kv_heads);
       }
       if constexpr (2 * COPY_ROWS <= COPIERS) {
         const bool is_k = copier < COPY_ROWS;
@@ -203,7 +206,7 @@ struct CodeTiles {
     if constexpr (WARP_PRIVATE) {
       next_entry = entry_after;
       const int ahead = keys.begin + (next + 4) * TILE_K + copy_row0;
-      if (copier == 0 && ahead < keys.end) prefetch_l2(lookup.table + (ahead >> lookup.block_shift));
+      if (copier == 0 && ahead < keys.end) prefetch_l2(lookup.table + (ahead >> block_shift));
     }
   }
 };
@@ -530,8 +533,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, row_warp);
   const KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
 
-  Tiles ring(reinterpret_cast<uint8_t*>(q_s + T::Q_ELEMS), p, KvLookup(p, qt.r, pk.block_shift, qt.kv_head), keys,
-             lane, key0);
+  Tiles ring(reinterpret_cast<uint8_t*>(q_s + T::Q_ELEMS), p, KvLookup(p, qt.r, qt.kv_head), pk.block_shift,
+             keys, lane, key0);
   const int num_kv_tiles = (keys.end - keys.begin + TILE_K - 1) / TILE_K;
   ring.prologue(num_kv_tiles);
   Ring::wait_prologue();  // the Q group has landed
