@@ -28,13 +28,15 @@ using stage03::Packing;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// The cost model's figures, measured on an H200 (132 SMs) with this course's
-// kernels: the read rate a decode tile reaches, the MMA rate of a 128-row tile,
-// and the fixed cost of the two extra launches (gather, prefix pass) with their
-// start-up and tail. Other GPUs scale the rates by their SM count.
+// The cost model's figures, from an H200 (132 SMs): the read rate of the
+// decode tiles, the MMA rate of a 128-row tile, and the cascade path's fixed
+// cost, fitted on the grid of the stage README (P x B x S): the two extra
+// launches (gather, prefix pass), and what the byte count does not see, the
+// L2 serving a small group's repeated prefix reads on the plain path. Other
+// GPUs scale the rates by their SM count.
 constexpr double H200_READ_BYTES_PER_S = 4.1e12;
 constexpr double H200_TILE_FLOP_PER_S = 2.4e14;
-constexpr double CASCADE_FIXED_S = 8e-6;
+constexpr double CASCADE_FIXED_S = 16e-6;
 constexpr int H200_SMS = 132;
 
 // Which tile the prefix pass runs for a group of `rows` rows per KV head.
@@ -124,7 +126,8 @@ void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
 
 Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms) {
   //@ TODO 4: the cost model: cascade when the prefix re-reads it saves outweigh the prefix pass's MMA work and its fixed cost
-  const double token_bytes = static_cast<double>(p.kv.num_kv_heads) *
+  // K and V of one position, all KV heads: bf16 values, or 1-byte codes and an fp32 scale.
+  const double token_bytes = 2.0 * p.kv.num_kv_heads *
                              (is_quantized(p.kv.format) ? p.kv.head_dim + sizeof(float) : 2.0 * p.kv.head_dim);
   const double scale = static_cast<double>(num_sms) / H200_SMS;
   const double read_rate = H200_READ_BYTES_PER_S * scale, flop_rate = H200_TILE_FLOP_PER_S * scale;
