@@ -84,22 +84,28 @@ OracleResult reference_attention(const Problem& p, KvSource source) {
     const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
     if (q_len == 0) return;
     const std::vector<float> k = logical_kv(p, r, false, source), v = logical_kv(p, r, true, source);
-    std::vector<double> s;
+    std::vector<double> s;  // scores of the visible keys, then their weights
+    std::vector<int> keys;  // positions of the visible keys, ascending
     for (int h = 0; h < Hq; ++h) {
     const int kvh = h / group;
     for (int i = 0; i < q_len; ++i) {
       const int t = m.query_start_loc[r] + i;
       const int q_pos = seq_len - q_len + i;
+      // Visible keys: the sink tokens before the window, then the window itself.
       const int k_begin = c.window > 0 ? std::max(0, q_pos - c.window + 1) : 0;
+      const int num_sink_keys = c.window > 0 ? std::min(c.sink_tokens, k_begin) : 0;  // [0, num_sink_keys)
+      keys.clear();
+      for (int kp = 0; kp < num_sink_keys; ++kp) keys.push_back(kp);
+      for (int kp = k_begin; kp <= q_pos; ++kp) keys.push_back(kp);
       const bf16* q = &p.q[(static_cast<size_t>(t) * Hq + h) * D];
-      s.assign(q_pos + 1 - k_begin, 0.0);
+      s.assign(keys.size(), 0.0);
       double mx = c.with_sinks ? static_cast<double>(p.sinks[h]) : -std::numeric_limits<double>::infinity();
-      for (int kp = k_begin; kp <= q_pos; ++kp) {
-        const float* kr = &k[(static_cast<size_t>(kp) * Hkv + kvh) * D];
+      for (size_t j = 0; j < keys.size(); ++j) {
+        const float* kr = &k[(static_cast<size_t>(keys[j]) * Hkv + kvh) * D];
         double dot = 0.0;
         for (int d = 0; d < D; ++d) dot += static_cast<double>(__bfloat162float(q[d])) * kr[d];
-        s[kp - k_begin] = dot * scale;
-        mx = std::max(mx, s[kp - k_begin]);
+        s[j] = dot * scale;
+        mx = std::max(mx, s[j]);
       }
       double denom = c.with_sinks ? std::exp(static_cast<double>(p.sinks[h]) - mx) : 0.0;
       for (double& x : s) {
@@ -107,9 +113,9 @@ OracleResult reference_attention(const Problem& p, KvSource source) {
         denom += x;
       }
       double* o = &res.out[(static_cast<size_t>(t) * Hq + h) * D];
-      for (int kp = k_begin; kp <= q_pos; ++kp) {
-        const float* vr = &v[(static_cast<size_t>(kp) * Hkv + kvh) * D];
-        const double w = s[kp - k_begin] / denom;
+      for (size_t j = 0; j < keys.size(); ++j) {
+        const float* vr = &v[(static_cast<size_t>(keys[j]) * Hkv + kvh) * D];
+        const double w = s[j] / denom;
         for (int d = 0; d < D; ++d) o[d] += w * vr[d];
       }
       res.lse[static_cast<size_t>(t) * Hq + h] = mx + std::log(denom);

@@ -14,7 +14,8 @@ struct OracleResult {
 };
 
 // Rules: query i of request r is at q_pos = seq_len - q_len + i and sees keys at
-// positions k_pos <= q_pos (causal) with q_pos - k_pos < window when window > 0;
+// positions k_pos <= q_pos (causal) with q_pos - k_pos < window when window > 0,
+// or k_pos < sink_tokens (with a window only: StreamingLLM's sink tokens);
 // query head h reads KV head h / (Hq / Hkv); with sinks, exp(sink[h]) joins the
 // denominator and contributes no value. K/V at positions before this step come
 // from the cache through the block table, this step's from k_new / v_new.

@@ -25,6 +25,7 @@ std::string AttentionConfig::describe() const {
   std::ostringstream s;
   s << "Hq=" << num_q_heads << " Hkv=" << num_kv_heads << " D=" << head_dim << " block=" << block_size;
   if (window) s << " window=" << window;
+  if (sink_tokens) s << " sink_tokens=" << sink_tokens;
   if (with_sinks) s << " sinks";
   if (kv_format != KvFormat::bf16) s << " kv=" << name(kv_format);
   return s.str();
@@ -42,6 +43,8 @@ void validate_config(const AttentionConfig& cfg) {
   PA_REQUIRE(is_pow2(cfg.block_size) && cfg.block_size <= 256,
              "block_size " + std::to_string(cfg.block_size) + " is not supported (a power of two, 1..256)");
   PA_REQUIRE(cfg.window >= 0, "window must be >= 0 (0 = no window), got " + std::to_string(cfg.window));
+  PA_REQUIRE(cfg.sink_tokens >= 0,
+             "sink_tokens must be >= 0 (0 = none), got " + std::to_string(cfg.sink_tokens));
 }
 
 void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
@@ -117,7 +120,12 @@ size_t Problem::kv_bytes_read() const {
     // With a sliding window only the keys some query of r sees: from its oldest
     // query's window start (position seq_len - q_len - window + 1) to the end,
     // i.e. min(seq_len, q_len + window - 1) keys; a decode: min(seq_len, window).
-    const int keys = cfg.window > 0 ? std::min(seq_len, meta.q_len(r) + cfg.window - 1) : seq_len;
+    // Sink tokens add the positions [0, sink_tokens) that lie before that start.
+    int keys = seq_len;
+    if (cfg.window > 0) {
+      keys = std::min(seq_len, meta.q_len(r) + cfg.window - 1);
+      keys += std::min(cfg.sink_tokens, seq_len - keys);
+    }
     tokens += static_cast<size_t>(std::max(keys, 0));
   }
   return tokens * kv_token_bytes();
@@ -128,7 +136,12 @@ double Problem::attended_pairs() const {
   for (int r = 0; r < meta.num_requests(); ++r) {
     for (int i = 0; i < meta.q_len(r); ++i) {
       const int q_pos = meta.seq_lens[r] - meta.q_len(r) + i;  // sees keys 0..q_pos
-      pairs += cfg.window > 0 ? std::min(q_pos + 1, cfg.window) : q_pos + 1;
+      if (cfg.window > 0) {
+        // The window [q_pos - window + 1, q_pos], and the sink tokens before it.
+        pairs += std::min(q_pos + 1, cfg.window) + std::min(cfg.sink_tokens, std::max(0, q_pos + 1 - cfg.window));
+      } else {
+        pairs += q_pos + 1;
+      }
     }
   }
   return pairs;

@@ -20,6 +20,7 @@ struct AttentionConfig {
   int block_size = 16;    // tokens per KV-cache block
   int window = 0;         // sliding window in positions, 0 = none
   bool with_sinks = false;  // one learned sink logit per query head
+  int sink_tokens = 0;      // with a window: the first sink_tokens positions stay visible (StreamingLLM)
   KvFormat kv_format = KvFormat::bf16;  // how the cache stores K/V (stage 05: int8, fp8_e4m3)
 
   int group() const { return num_q_heads / num_kv_heads; }
@@ -80,7 +81,9 @@ struct Problem {
   size_t kv_token_bytes() const { return cfg.kv_token_bytes(); }
   size_t kv_bytes_read() const;   // K/V bytes a read-once kernel must load: sum of seq_lens, or with
                                   //   cfg.window > 0 of the keys some query sees, min(seq_len, q_len + window - 1)
-  double attended_pairs() const;  // (query, key) pairs the softmax covers: causal, inside the window
+                                  //   plus the sink tokens before the oldest query's window
+  double attended_pairs() const;  // (query, key) pairs the softmax covers: causal, inside the window or
+                                  //   among the sink tokens
 };
 
 // Requests whose contexts start with the same cached prefix, stored once in

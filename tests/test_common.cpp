@@ -352,6 +352,162 @@ TEST(Oracle, WindowAndSinks) {
   EXPECT_NEAR(o.lse[0], std::log(2.0), 1e-12);
 }
 
+// Sink tokens (StreamingLLM): a decode at position 4 with window 1 and one sink
+// token sees keys 0 and 4 only. q = 8 e_0 and head_dim 64 make each score the
+// key's dim 0 (scale 1/8): key 0 scores 1, key 4 scores 0, and keys 1..3 score 5,
+// so a mask that lets any of them in moves the answer far.
+TEST(Oracle, SinkTokenByHand) {
+  Problem p = make_problem(config(1, 1, 64, 16), {{1, 5}});
+  p.cfg.window = 1;
+  p.cfg.sink_tokens = 1;
+  for (auto& x : p.q) x = __float2bfloat16(0.0f);
+  p.q[0] = __float2bfloat16(8.0f);
+  auto key = [&](int pos) -> bf16* {  // positions 0..3 are cached, 4 is this step's
+    if (pos == 4) return &p.k_new[0];
+    return &p.k_cache[static_cast<size_t>(p.meta.block_id(0, pos, 16) * 16 + pos) * 64];
+  };
+  for (int pos = 0; pos < 5; ++pos) {
+    for (int d = 0; d < 64; ++d) key(pos)[d] = __float2bfloat16(0.0f);
+    key(pos)[0] = __float2bfloat16(pos == 0 ? 1.0f : pos == 4 ? 0.0f : 5.0f);
+  }
+  const std::vector<float> v = logical_kv(p, 0, true);  // [5, 1, 64]
+  const double e = std::exp(1.0);
+  OracleResult o = reference_attention(p);
+  for (int d = 0; d < 64; ++d) EXPECT_NEAR(o.out[d], (e * v[d] + v[4 * 64 + d]) / (e + 1), 1e-12) << "dim " << d;
+  EXPECT_NEAR(o.lse[0], std::log(e + 1), 1e-12);
+
+  // A learned sink of logit 0 beside them: one more term e^0 in the denominator only.
+  p.cfg.with_sinks = true;
+  p.sinks = {0.0f};
+  o = reference_attention(p);
+  for (int d = 0; d < 64; ++d) EXPECT_NEAR(o.out[d], (e * v[d] + v[4 * 64 + d]) / (e + 2), 1e-12) << "dim " << d;
+  EXPECT_NEAR(o.lse[0], std::log(e + 2), 1e-12);
+
+  // Without a window the sink token changes nothing: all five keys.
+  p.cfg.with_sinks = false;
+  p.cfg.window = 0;
+  o = reference_attention(p);
+  EXPECT_NEAR(o.lse[0], std::log(e + 1 + 3 * std::exp(5.0)), 1e-12);
+}
+
+// The mask, position by position: with all scores 0 every visible key weighs
+// the same, so lse = log(number of visible keys) and out = their mean value.
+// The visible set is written here as the rule says, key by key.
+void expect_window_and_sink_tokens_mask(int window, int sink_tokens) {
+  const int n = 20;
+  Problem p = make_problem(config(1, 1, 64, 4), {{n, n}}, {.seed = 9});
+  p.cfg.window = window;
+  p.cfg.sink_tokens = sink_tokens;
+  for (auto& x : p.q) x = __float2bfloat16(0.0f);
+  const OracleResult o = reference_attention(p);
+  const std::vector<float> v = logical_kv(p, 0, true);  // [n, 1, 64]
+  double pairs = 0;
+  for (int q_pos = 0; q_pos < n; ++q_pos) {
+    std::vector<int> visible;
+    for (int k = 0; k <= q_pos; ++k) {
+      if (window == 0 || q_pos - k < window || k < sink_tokens) visible.push_back(k);
+    }
+    pairs += visible.size();
+    const std::string where = "window " + std::to_string(window) + ", sink_tokens " + std::to_string(sink_tokens) +
+                              ", query at " + std::to_string(q_pos);
+    EXPECT_NEAR(o.lse[q_pos], std::log(static_cast<double>(visible.size())), 1e-12) << where;
+    for (int d = 0; d < 64; ++d) {
+      double mean = 0;
+      for (int k : visible) mean += v[k * 64 + d];
+      mean /= visible.size();
+      ASSERT_NEAR(o.out[q_pos * 64 + d], mean, 1e-12) << where << ", dim " << d;
+    }
+  }
+  EXPECT_EQ(p.attended_pairs(), pairs) << "window " << window << ", sink_tokens " << sink_tokens;
+}
+
+TEST(Oracle, SinkTokensBesideTheWindow) {
+  expect_window_and_sink_tokens_mask(5, 1);
+  expect_window_and_sink_tokens_mask(5, 3);
+  expect_window_and_sink_tokens_mask(4, 4);  // the sinks end where the window of query 7 starts
+  expect_window_and_sink_tokens_mask(5, 8);  // sinks reach into early queries' windows: counted once
+  expect_window_and_sink_tokens_mask(1, 2);
+  expect_window_and_sink_tokens_mask(5, 0);  // no sink tokens: the plain window
+}
+
+TEST(Oracle, SinkTokensWithoutAWindowChangeNothing) {
+  Problem p = make_problem(config(4, 2, 64, 16), milestone_requests(), {.seed = 4});
+  const OracleResult plain = reference_attention(p);
+  p.cfg.sink_tokens = 4;
+  const OracleResult with = reference_attention(p);
+  EXPECT_EQ(plain.out, with.out);
+  EXPECT_EQ(plain.lse, with.lse);
+  EXPECT_EQ(p.attended_pairs(), make_problem(config(4, 2, 64, 16), milestone_requests(), {.fill_values = false})
+                                    .attended_pairs());
+}
+
+// Sink tokens on an 8-bit cache: the mask is the same, on dequantized values.
+TEST(Oracle, SinkTokensOnAnInt8Cache) {
+  AttentionConfig cfg = config(2, 1, 64, 16);
+  cfg.kv_format = KvFormat::int8;
+  cfg.window = 3;
+  cfg.sink_tokens = 2;
+  Problem p = make_problem(cfg, {{1, 30}}, {.seed = 2});
+  for (auto& x : p.q) x = __float2bfloat16(0.0f);
+  const OracleResult o = reference_attention(p);
+  const std::vector<float> v = logical_kv(p, 0, true);  // dequantized, [30, 1, 64]
+  for (int d = 0; d < 64; ++d) {
+    double mean = 0;
+    for (int k : {0, 1, 27, 28, 29}) mean += v[k * 64 + d];  // the sinks and the window [27, 30)
+    mean /= 5;
+    EXPECT_NEAR(o.out[d], mean, 1e-12) << "dim " << d;
+  }
+  EXPECT_NEAR(o.lse[0], std::log(5.0), 1e-12);
+}
+
+TEST(Builders, KvBytesReadCountsSinkTokensBesideTheWindow) {
+  auto bytes_in_tokens = [](int window, int sink_tokens, std::vector<RequestShape> requests) {
+    AttentionConfig cfg = config(8, 2, 64, 16);
+    cfg.window = window;
+    cfg.sink_tokens = sink_tokens;
+    const Problem p = make_problem(cfg, requests, {.fill_values = false});
+    EXPECT_EQ(p.kv_bytes_read() % p.kv_token_bytes(), 0u);
+    return p.kv_bytes_read() / p.kv_token_bytes();
+  };
+  // Decodes: min(seq_len, window) keys, plus the sink tokens before the window.
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{1, 100}}), 16u + 4u);
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{1, 18}}), 18u) << "window [2, 18) and sinks 0, 1: the whole context";
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{1, 20}}), 20u) << "the window starts right after the sinks";
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{1, 16}}), 16u) << "the window holds the sinks";
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{1, 3}}), 3u);
+  EXPECT_EQ(bytes_in_tokens(128, 1, {{1, 400}, {1, 129}, {1, 128}}), (128u + 1) + (128 + 1) + 128);
+  // A prefill chunk: the oldest query's window start (100 - 5 - 16 + 1 = 80), plus the sinks.
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{5, 100}}), 20u + 4u);
+  // No window: the whole context, sink tokens or not.
+  EXPECT_EQ(bytes_in_tokens(0, 4, {{1, 100}, {5, 60}}), 160u);
+  EXPECT_EQ(bytes_in_tokens(16, 0, {{1, 100}}), 16u);
+}
+
+TEST(Builders, AttendedPairsCountSinkTokensOnce) {
+  AttentionConfig cfg = config(2, 1, 64, 16);
+  cfg.window = 2;
+  cfg.sink_tokens = 1;
+  const Problem p = make_problem(cfg, {{4, 4}, {1, 10}}, {.fill_values = false});
+  // Queries 0..3 of the prompt see {0}, {0,1}, {1,2}+0, {2,3}+0; the decode at 9 sees {8,9}+0.
+  EXPECT_EQ(p.attended_pairs(), (1 + 2 + 3 + 3) + 3);
+}
+
+TEST(Validate, NegativeSinkTokens) {
+  AttentionConfig c = config(8, 2, 64, 16);
+  c.window = 16;
+  c.sink_tokens = -1;
+  expect_error([&] { validate_config(c); }, "sink_tokens must be >= 0");
+  expect_error([&] { make_problem(c, {{1, 20}}); }, "sink_tokens must be >= 0");
+}
+
+TEST(Validate, DescribeNamesSinkTokens) {
+  AttentionConfig c = config(8, 2, 64, 16);
+  c.window = 128;
+  c.sink_tokens = 4;
+  c.with_sinks = true;
+  EXPECT_EQ(c.describe(), "Hq=8 Hkv=2 D=64 block=16 window=128 sink_tokens=4 sinks");
+}
+
 TEST(Oracle, PaddingRowsAreZeroWithMinusInfLse) {
   const Problem p = make_problem(config(2, 1, 64, 16), {{1, 4}}, {.padding_rows = 2});
   const OracleResult o = reference_attention(p);
