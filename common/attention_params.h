@@ -76,7 +76,10 @@ struct AttentionParams {
   int num_q_heads;    // a multiple of kv.num_kv_heads; query head h uses KV head h / group
   float softmax_scale;  // usually 1/sqrt(head_dim)
   int window;         // sliding window in positions (key kept if q_pos - k_pos < window); 0 = none
-  const float* sinks;  // [num_q_heads] one sink logit per head, or null (stage 08)
+  const float* sinks;  // [num_q_heads] one learned sink logit per query head (natural-log units, not
+                       //   multiplied by softmax_scale), or null (stage 08)
+  int sink_tokens = 0;  // with a window: the first sink_tokens positions stay visible to every query
+                        //   (StreamingLLM's attention sinks, stage 08); 0 = none
 };
 
 }  // namespace pa

@@ -81,6 +81,7 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   a.softmax_scale = p.cfg.softmax_scale();
   a.window = p.cfg.window;
   a.sinks = p.cfg.with_sinks ? sinks.data() : nullptr;
+  a.sink_tokens = p.cfg.sink_tokens;
 
   if (quantized && p.q.empty()) fill_random_quantized(p.num_blocks * c.block_size, stream);
   if (!p.k_new.empty()) {

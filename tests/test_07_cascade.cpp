@@ -390,7 +390,9 @@ TEST(Stage07Errors, RejectsSinks) {
   Problem p = make_problem(cfg, decodes(2, 32, 1));
   const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1}, 32}});
   DeviceBatch db(p);
-  expect_error([&] { stage07::plan(db.params(), p.meta, groups, kCascade); }, "sinks");
+  // plan() accepts them (stage 08 runs the same plan with sinks); stage 07 itself refuses them.
+  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
+  expect_error([&] { stage07::forward(db.params(), plan); }, "sinks");
 }
 
 // ---- the cost model, on an H200's 132 SMs with Qwen3-8B's shape ------------------

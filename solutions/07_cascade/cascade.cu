@@ -26,8 +26,6 @@ namespace {
 
 using stage03::Packing;
 
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
 // The cost model's figures, from an H200 (132 SMs): the read rate of the
 // decode tiles, the MMA rate of a 128-row tile, and the cascade path's fixed
 // cost, fitted on the grid of the stage README (P x B x S): the two extra
@@ -38,87 +36,6 @@ constexpr double H200_READ_BYTES_PER_S = 4.1e12;
 constexpr double H200_TILE_FLOP_PER_S = 2.4e14;
 constexpr double CASCADE_FIXED_S = 16e-6;
 constexpr int H200_SMS = 132;
-
-// Which tile the prefix pass runs for a group of `rows` rows per KV head.
-template <int HEAD_DIM, class Tiles>
-bool prefix_uses_decode_tile(int rows) {
-  return rows <= Tiles::template Decode<HEAD_DIM>::ROWS;
-}
-
-// The prefix pass of tile family Tiles over the gathered batch pg.
-template <int HEAD_DIM, class Tiles>
-void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& c, cudaStream_t stream) {
-  auto run = [&]<class T>() {
-    const int block_q = T::ROWS >> pk.group_shift;
-    PrefixSplits slice{const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
-                       c.prefix_lens.data(), ceil_div(c.max_group_tokens, block_q), c.prefix_keys_per_split};
-    const dim3 grid(slice.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups);
-    Tiles::template launch_tile<T, PrefixSplits, stage03::CausalMask>(pg, pk, slice, grid, stream);
-  };
-  if (prefix_uses_decode_tile<HEAD_DIM, Tiles>(c.max_group_tokens << pk.group_shift)) {
-    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
-  } else {
-    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
-  }
-}
-
-// The suffix pass of tile family Tiles over the real batch, with the prefix
-// partials merged in its epilogue (or, for split decodes, in the merge kernel).
-template <int HEAD_DIM, class Tiles>
-void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream) {
-  const PrefixPartials prefix{c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits,
-                              c.num_tokens};
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
-  if (decode_only && sp.num_splits > 1) {
-    stage04::Workspace& ws = stage04::workspace();
-    const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
-    ws.o.resize(rows * HEAD_DIM);
-    ws.lse.resize(rows);
-    SuffixSplits slice;
-    static_cast<stage04::Splits&>(slice) =
-        stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
-    slice.suffix_begin = c.suffix_begin.data();
-    using T = typename Tiles::template Decode<HEAD_DIM>;
-    Tiles::template launch_tile<T, SuffixSplits, stage03::CausalMask>(
-        p, pk, slice, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
-    launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
-           p, static_cast<const stage04::Splits&>(slice), prefix);
-    return;
-  }
-  const SuffixMerge slice{c.suffix_begin.data(), prefix};
-  auto run = [&]<class T>() {
-    const int block_q = T::ROWS >> pk.group_shift;
-    const dim3 grid(ceil_div(p.batch.max_query_len, block_q), p.kv.num_kv_heads, p.batch.num_requests);
-    Tiles::template launch_tile<T, SuffixMerge, stage03::CausalMask>(p, pk, slice, grid, stream);
-  };
-  if ((p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS) {
-    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
-  } else {
-    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
-  }
-}
-
-template <class Tiles>
-void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream) {
-  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    if (c.num_groups > 0) {
-      // The cascaded queries as one batch of one "request" per group, placed after its prefix.
-      const int row_elems = p.num_q_heads * HEAD_DIM;
-      launch(gather_queries_kernel, dim3(c.num_tokens), dim3(std::min(256, row_elems / 8)), 0, stream, p.q,
-             const_cast<bf16*>(c.q.data()), c.gather_rows.data(), row_elems);
-      AttentionParams pg = p;
-      pg.q = c.q.data();
-      pg.out = nullptr;  // the prefix pass writes partials only
-      pg.lse = nullptr;
-      pg.batch = BatchView{c.query_start_loc.data(), c.seq_lens.data(), c.block_table.data(), nullptr,
-                           c.num_groups, c.num_tokens, c.num_tokens, c.max_prefix_blocks, c.max_group_tokens,
-                           c.max_prefix_len + c.max_group_tokens, false};
-      launch_prefix<HEAD_DIM, Tiles>(pg, pk, c, stream);
-    }
-    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream);
-  });
-}
 
 void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
 
@@ -150,7 +67,6 @@ Path choose_path(const AttentionParams& p, int members, int prefix_len, int quer
 Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force) {
   PA_REQUIRE(p.window == 0, "stage 07: cascade with a sliding window is not supported (the prefix pass would need "
                             "each member's window); run windowed batches through stage 06");
-  PA_REQUIRE(p.sinks == nullptr, "stage 07 implements causal attention without sinks (stage 08 adds them)");
   PA_REQUIRE(force >= -1 && force <= 1, "stage 07: force is -1 (cost model), 0 (plain) or 1 (cascade)");
   const int R = meta.num_requests(), bs = p.kv.block_size;
   PA_REQUIRE(R == p.batch.num_requests && meta.num_tokens == p.batch.num_tokens,
@@ -255,7 +171,8 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
 
 void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream) {
   const Packing pk = stage03::checked_packing(p, "07");
-  PA_REQUIRE(p.window == 0 && p.sinks == nullptr, "stage 07: no sliding window, no sinks (see plan())");
+  PA_REQUIRE(p.window == 0, "stage 07: no sliding window (see plan())");
+  PA_REQUIRE(p.sinks == nullptr, "stage 07 implements causal attention without sinks (stage 08 adds them)");
   PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
              std::string("stage 07: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
   PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),

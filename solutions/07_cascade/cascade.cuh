@@ -17,7 +17,12 @@
 //    merge kernel that folds in the prefix partials (merge_cascade_kernel).
 #pragma once
 
+#include <algorithm>
+#include <type_traits>
+
 #include "common/attention_params.h"
+#include "common/launch.cuh"
+#include "common/stages.h"
 #include "common/cuda_compat.cuh"
 #include "common/online_softmax.cuh"
 #include "common/todo.cuh"
@@ -190,6 +195,98 @@ __global__ void gather_queries_kernel(const bf16* __restrict__ q,  // [batch tok
   for (int i = 8 * threadIdx.x; i < row_elems; i += 8 * blockDim.x) {
     *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
   }
+}
+
+// ---- Host side: the passes of a planned cascade.
+
+using stage03::Packing;
+
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Which tile the prefix pass runs for a group of `rows` rows per KV head.
+template <int HEAD_DIM, class Tiles>
+bool prefix_uses_decode_tile(int rows) {
+  return rows <= Tiles::template Decode<HEAD_DIM>::ROWS;
+}
+
+// The prefix pass of tile family Tiles over the gathered batch pg.
+template <int HEAD_DIM, class Tiles>
+void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& c, cudaStream_t stream) {
+  auto run = [&]<class T>() {
+    const int block_q = T::ROWS >> pk.group_shift;
+    PrefixSplits slice{const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
+                       c.prefix_lens.data(), ceil_div(c.max_group_tokens, block_q), c.prefix_keys_per_split};
+    const dim3 grid(slice.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups);
+    Tiles::template launch_tile<T, PrefixSplits, stage03::CausalMask>(pg, pk, slice, grid, stream);
+  };
+  if (prefix_uses_decode_tile<HEAD_DIM, Tiles>(c.max_group_tokens << pk.group_shift)) {
+    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
+  } else {
+    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
+  }
+}
+
+// The suffix pass of tile family Tiles over the real batch, with the prefix
+// partials merged in its epilogue (or, for split decodes, in the merge kernel).
+template <int HEAD_DIM, class Tiles, class Adapt>
+void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
+                   const Adapt& adapt) {
+  const PrefixPartials prefix{c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits,
+                              c.num_tokens};
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
+  if (decode_only && sp.num_splits > 1) {
+    stage04::Workspace& ws = stage04::workspace();
+    const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
+    ws.o.resize(rows * HEAD_DIM);
+    ws.lse.resize(rows);
+    SuffixSplits slice;
+    static_cast<stage04::Splits&>(slice) =
+        stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
+    slice.suffix_begin = c.suffix_begin.data();
+    using T = typename Tiles::template Decode<HEAD_DIM>;
+    const auto adapted = adapt(slice);
+    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
+        p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
+           p, static_cast<const stage04::Splits&>(slice), prefix);
+    return;
+  }
+  const auto slice = adapt(SuffixMerge{c.suffix_begin.data(), prefix});
+  auto run = [&]<class T>() {
+    const int block_q = T::ROWS >> pk.group_shift;
+    const dim3 grid(ceil_div(p.batch.max_query_len, block_q), p.kv.num_kv_heads, p.batch.num_requests);
+    Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, stage03::CausalMask>(p, pk, slice, grid, stream);
+  };
+  if ((p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS) {
+    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
+  } else {
+    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
+  }
+}
+
+// Both passes with tile family Tiles; `adapt` wraps the suffix pass's Slice
+// (stage 08 adds sinks to each row's own partial there).
+template <class Tiles, class Adapt = stage03::SameSlice>
+void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
+                  const Adapt& adapt = {}) {
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    if (c.num_groups > 0) {
+      // The cascaded queries as one batch of one "request" per group, placed after its prefix.
+      const int row_elems = p.num_q_heads * HEAD_DIM;
+      launch(gather_queries_kernel, dim3(c.num_tokens), dim3(std::min(256, row_elems / 8)), 0, stream, p.q,
+             const_cast<bf16*>(c.q.data()), c.gather_rows.data(), row_elems);
+      AttentionParams pg = p;
+      pg.q = c.q.data();
+      pg.out = nullptr;  // the prefix pass writes partials only
+      pg.lse = nullptr;
+      pg.batch = BatchView{c.query_start_loc.data(), c.seq_lens.data(), c.block_table.data(), nullptr,
+                           c.num_groups, c.num_tokens, c.num_tokens, c.max_prefix_blocks, c.max_group_tokens,
+                           c.max_prefix_len + c.max_group_tokens, false};
+      launch_prefix<HEAD_DIM, Tiles>(pg, pk, c, stream);
+    }
+    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+  });
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "common/attention_params.h"
 #include "common/check.h"
@@ -385,23 +386,33 @@ struct Bf16Tiles {
   }
 };
 
+// A Slice adapter that changes nothing. Later stages pass their own to wrap a
+// launcher's Slice (stage 08 adds a sink to each row in the epilogue).
+struct SameSlice {
+  template <class Slice>
+  Slice operator()(const Slice& s) const {
+    return s;
+  }
+};
+
 // Runs tile shape T over whole query tiles.
-template <class T, class Tiles, class Mask>
-void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
+template <class T, class Tiles, class Mask, class Adapt = SameSlice>
+void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const Adapt& adapt = {}) {
   const int block_q = T::ROWS >> pk.group_shift;
   const dim3 grid((p.batch.max_query_len + block_q - 1) / block_q, p.kv.num_kv_heads, p.batch.num_requests);
-  Tiles::template launch_tile<T, WholeContext, Mask>(p, pk, WholeContext{}, grid, stream);
+  const auto slice = adapt(WholeContext{});
+  Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
 }
 
 // The 16-row decode tile when every request's tile fits its rows, so a decode
 // batch has many small programs; the 128-row tile for everything else.
-template <int HEAD_DIM, class Tiles = Bf16Tiles, class Mask = CausalMask>
-void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
+template <int HEAD_DIM, class Tiles = Bf16Tiles, class Mask = CausalMask, class Adapt = SameSlice>
+void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const Adapt& adapt = {}) {
   using Decode = typename Tiles::template Decode<HEAD_DIM>;
   if ((p.batch.max_query_len << pk.group_shift) <= Decode::ROWS) {
-    run_whole_context<Decode, Tiles, Mask>(p, pk, stream);
+    run_whole_context<Decode, Tiles, Mask>(p, pk, stream, adapt);
   } else {
-    run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream);
+    run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, adapt);
   }
 }
 

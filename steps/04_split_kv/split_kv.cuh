@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.h"
@@ -199,11 +200,13 @@ void check_plan(const SplitPlan& sp, int span_keys, int block_size) {
 // One decode tile of family Tiles per (split, KV head, request): a q_len <= 1
 // row of GROUP_PAD <= 8 heads always fits its 16 rows. Then, with several
 // splits, the merge.
-template <int HEAD_DIM, class Tiles, class Mask>
-void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream) {
+template <int HEAD_DIM, class Tiles, class Mask, class Adapt = stage03::SameSlice>
+void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream,
+                   const Adapt& adapt = {}) {
   using T = typename Tiles::template Decode<HEAD_DIM>;
   const dim3 grid(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
-  Tiles::template launch_tile<T, Splits, Mask>(p, pk, part, grid, stream);
+  const auto slice = adapt(part);
+  Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
   if (part.num_splits > 1) {
     launch(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
            p, part);
@@ -238,9 +241,9 @@ SplitPlan plan_rule(const AttentionParams& p, int num_sms, int span_keys) {
 // Plans (num_splits 0: plan_rule from the SM count), checks the plan, fills the
 // workspace and launches the split kernels of family Tiles for a validated
 // decode-only batch.
-template <class Tiles, class Mask>
+template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
-                    int span_keys) {
+                    int span_keys, const Adapt& adapt = {}) {
   const SplitPlan sp = num_splits == 0 ? plan_rule(p, sm_count(), span_keys)
                                        : plan_fixed_rule(span_keys, p.kv.block_size, num_splits);
   check_plan(sp, span_keys, p.kv.block_size);
@@ -254,7 +257,7 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
     part.part_lse = ws.lse.data();
   }
   stage03::with_head_dim(p.kv.head_dim,
-                         [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, stream); });
+                         [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, stream, adapt); });
 }
 
 }  // namespace

@@ -1,0 +1,124 @@
+// Stage 08: attention sinks, learned logits (gpt-oss) and sink tokens
+// (StreamingLLM), on every path of the earlier stages: whole-context tiles,
+// split-KV, windows, 8-bit caches, cascade. attention_sinks.cuh has the
+// policies; this file checks the batch and picks the path.
+#include <string>
+
+#include "attention_sinks.cuh"
+#include "common/batch_ops.h"
+#include "common/quant.cuh"
+#include "common/stages.h"
+#include "common/todo.cuh"
+#include "solutions/05_quantized_kv/quantized_tile.cuh"
+#include "solutions/07_cascade/cascade.cuh"
+
+namespace pa::stage08 {
+namespace {
+
+stage03::Packing validate(const AttentionParams& p) {
+  PA_REQUIRE(p.window >= 0, "stage 08: window " + std::to_string(p.window) + " is negative (0 = no window)");
+  PA_REQUIRE(p.sink_tokens >= 0,
+             "stage 08: sink_tokens " + std::to_string(p.sink_tokens) + " is negative (0 = no sink tokens)");
+  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
+             std::string("stage 08: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  return stage03::checked_packing(p, "08");
+}
+
+// Decode batches with sink tokens: split 0 the sink tokens, splits 1.. the
+// window (num_splits 0: stage 04's plan over the window's span), then stage
+// 04's merge.
+template <class Tiles, class Adapt>
+void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
+                           const Adapt& adapt) {
+  const int span = stage06::span_keys(p);
+  const stage04::SplitPlan sp = num_splits == 0 ? stage04::plan_rule(p, stage04::sm_count(), span)
+                                                : stage04::plan_fixed_rule(span, p.kv.block_size, num_splits);
+  stage04::check_plan(sp, span, p.kv.block_size);
+  const int total = sp.num_splits + 1;
+  stage04::Workspace& ws = stage04::workspace();
+  const size_t rows = static_cast<size_t>(total) * p.batch.num_tokens * p.num_q_heads;
+  ws.o.resize(rows * p.kv.head_dim);
+  ws.lse.resize(rows);
+  SinkTokenSplits slice;
+  static_cast<stage04::Splits&>(slice) =
+      stage04::Splits{ws.o.data(), ws.lse.data(), total, sp.blocks_per_split * p.kv.block_size};
+  slice.sink_tokens = p.sink_tokens;
+  slice.window = p.window;
+  slice.block_shift = pk.block_shift;
+  const auto adapted = adapt(slice);
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    using T = typename Tiles::template Decode<HEAD_DIM>;
+    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, WindowWithSinkTokens>(
+        p, pk, adapted, dim3(total, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    launch(stage04::merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads),
+           dim3(stage04::MERGE_THREADS), 0, stream, p, static_cast<const stage04::Splits&>(slice));
+  });
+}
+
+template <class Tiles, class Adapt>
+void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
+         const Adapt& adapt) {
+  PA_REQUIRE(num_splits >= 0 && num_splits <= stage04::MAX_SPLITS,
+             "stage 08: num_splits " + std::to_string(num_splits) + " is outside 0 (automatic) .. " +
+                 std::to_string(stage04::MAX_SPLITS));
+  if (num_splits > 0) stage04::require_decode_batch(p);
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  if (p.sink_tokens > 0 && decode_only) {
+    run_sink_token_splits<Tiles>(p, pk, stream, num_splits, adapt);
+  } else if (p.sink_tokens > 0) {
+    stage05::run_splits_or_tiles<Tiles, WindowWithSinkTokens>(p, pk, stream, num_splits, stage06::span_keys(p), adapt);
+  } else {
+    stage05::run_splits_or_tiles<Tiles, stage06::SlidingWindow>(p, pk, stream, num_splits, stage06::span_keys(p),
+                                                                 adapt);
+  }
+}
+
+// The cache format's tiles, with sinks added when there are any.
+template <class F>
+void with_format_and_sinks(const AttentionParams& p, F&& f) {
+  auto with_adapt = [&]<class Tiles>() {
+    if (p.sinks != nullptr) {
+      f.template operator()<Tiles>(AddSinks{p.sinks});
+    } else {
+      f.template operator()<Tiles>(stage03::SameSlice{});
+    }
+  };
+  switch (p.kv.format) {
+    case KvFormat::bf16: with_adapt.template operator()<stage03::Bf16Tiles>(); break;
+    case KvFormat::int8: with_adapt.template operator()<stage05::QuantizedTiles<KvFormat::int8>>(); break;
+    case KvFormat::fp8_e4m3: with_adapt.template operator()<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(); break;
+  }
+}
+
+}  // namespace
+
+void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream, 0); }
+
+void forward(const AttentionParams& p_in, cudaStream_t stream, int num_splits) {
+  const stage03::Packing pk = validate(p_in);
+  // No window (0) is a window no context outgrows, and then sink tokens change nothing.
+  AttentionParams p = p_in;
+  if (p.window == 0) {
+    p.window = p.batch.max_seq_len + 1;
+    p.sink_tokens = 0;
+  }
+  with_format_and_sinks(p, [&]<class Tiles>(const auto& adapt) { run<Tiles>(p, pk, stream, num_splits, adapt); });
+  clear_padding_rows(p, stream);
+  //@+ PA_CHECK_TODOS("08_attention_sinks");
+}
+
+void forward(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
+  const stage03::Packing pk = validate(p);
+  PA_REQUIRE(p.window == 0 && p.sink_tokens == 0,
+             "stage 08: cascade takes no sliding window and no sink tokens (stage 07 refuses windows)");
+  PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),
+             "stage 08: the cascade plan was made for another batch");
+  const int span = std::max(1, c.max_own_keys);
+  with_format_and_sinks(p, [&]<class Tiles>(const auto& adapt) {
+    stage07::forward_with<Tiles>(p, pk, c, span, stream, adapt);
+  });
+  clear_padding_rows(p, stream);
+  //@+ PA_CHECK_TODOS("08_attention_sinks");
+}
+
+}  // namespace pa::stage08
