@@ -41,8 +41,15 @@ function(pa_add_stage stage)
   target_link_libraries(test_${stage}_objects PRIVATE pa_common GTest::gtest)
 
   _pa_stage_build(${stage} solutions ${PA_SOURCE_ROOT}/solutions/${stage} "solutions;step${nn}")
-  _pa_stage_build(${stage} steps ${PA_SOURCE_ROOT}/steps/${stage} "steps;step${nn}" EXCLUDE_FROM_ALL)
-  add_dependencies(all_steps test_${stage}_steps)
+  file(GLOB steps_srcs CONFIGURE_DEPENDS ${PA_SOURCE_ROOT}/steps/${stage}/*.cu)
+  if(steps_srcs)
+    _pa_stage_build(${stage} steps ${PA_SOURCE_ROOT}/steps/${stage} "steps;step${nn}" EXCLUDE_FROM_ALL)
+    add_dependencies(all_steps test_${stage}_steps)
+  else()
+    # A stage being written: its solution exists, its skeleton not yet.
+    message(WARNING "stage ${stage}: steps/${stage} has no skeleton yet; "
+                    "generate it with: python3 cmake/make_skeletons.py --stage ${stage}")
+  endif()
 
   if(NOT PA_GPU)
     file(GLOB solution_files CONFIGURE_DEPENDS ${PA_SOURCE_ROOT}/solutions/${stage}/*)
