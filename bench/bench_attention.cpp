@@ -2,6 +2,21 @@
 // the mixed batch, and causal prefill. Stage 07 (shared prefixes, which these
 // batches lack) has its own suite, bench_cascade.
 //
+// Names are family/backend/label. Families:
+//   decode   decode batches of 1..256 requests x 4096 tokens (Qwen3-8B shape: 32 q / 8 kv heads, D 128)
+//   long     1..32 requests x 32768 tokens
+//   window   4 and 64 requests x 32768 tokens, windowed backends only, each at window 4096
+//            (08_sinks_window keeps its 4 sink tokens and learned sinks)
+//   mixed    2 prefill chunks + 30 decodes
+//   prefill  one causal prompt of 4096 or 16384 tokens
+//   gptoss   gpt-oss's attention shape (64 q / 8 kv heads, D 64), 64 decodes x 4096 tokens:
+//              layer:full       08_attention_sinks (learned sinks), 04_split_kv beside it
+//              layer:window128  window 128: 08_sinks_window (sinks + 4 sink tokens),
+//                               06_sliding_window at window 128 beside it
+// Stage 08's targets, read from one run by plots/summarize.py: learned sinks cost
+// at most 2% (08_attention_sinks / 04_split_kv time at decode batch:64/ctx:4096
+// <= 1.02), and the gpt-oss full layer reaches >= 0.85 of its floor.
+//
 // Method: each iteration is timed with device events around the forward call
 // alone (manual time); before each, a buffer twice the L2 size is read so K/V
 // come from HBM, as in a real decode step, and the L2 holds no dirty lines the
@@ -21,8 +36,11 @@
 // iteration) so CI proves they work; CPU timings mean nothing.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -54,10 +72,19 @@ double plain_read_ms_for(size_t bytes, bench::L2Flush& flush) {
 }
 
 struct BenchCase {
-  std::string family;  // decode | long | window | mixed | prefill
+  std::string family;  // decode | long | window | mixed | prefill | gptoss
   std::string label;   // e.g. batch:64/ctx:4096
   std::vector<RequestShape> requests;
   int iterations;
+  // The case's own model settings, applied after the backend's configure, so
+  // it sees what the backend chose (e.g. resets the window of windowed
+  // backends only). Null = the Qwen3-8B shape as the backend leaves it.
+  std::function<void(AttentionConfig&)> configure = nullptr;
+  // Run windowed backends only (after both configures, window > 0).
+  bool windowed_only = false;
+  // The backends this case compares; empty = every backend. The others are
+  // not registered, like unwindowed backends on a windowed-only case.
+  std::vector<std::string> only = {};
   size_t kv_tokens() const {
     size_t n = 0;
     for (auto r : requests) n += r.seq_len;
@@ -77,16 +104,54 @@ std::vector<BenchCase> cases() {
   for (int b : longs)
     out.push_back({"long", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(long_ctx),
                    decode_requests(b, long_ctx), kGpu ? 10 : 1});
-  // Window 4096 (06_sliding_window only) on 32768-token decodes: reads 1/8 of
-  // each context, so compare with decode batch:4 and batch:64 at ctx 4096.
+  // Window 4096 on 32768-token decodes: reads 1/8 of each context, so compare
+  // with decode batch:4 and batch:64 at ctx 4096.
+  const auto window_4096 = [](AttentionConfig& c) {
+    if (c.window > 0) c.window = 4096;
+  };
   for (int b : kGpu ? std::vector<int>{4, 64} : std::vector<int>{2})
     out.push_back({"window", "batch:" + std::to_string(b) + "/ctx:" + std::to_string(long_ctx) + "/window:4096",
-                   decode_requests(b, long_ctx), kGpu ? 10 : 1});
+                   decode_requests(b, long_ctx), kGpu ? 10 : 1, window_4096, /*windowed_only=*/true});
   const int s = kGpu ? 1 : 32;
   out.push_back({"mixed", "chunks:2/decodes:30", mixed_chunks_and_decodes(s), kGpu ? 10 : 1});
   for (int n : kGpu ? std::vector<int>{4096, 16384} : std::vector<int>{64})
     out.push_back({"prefill", "batch:1/len:" + std::to_string(n), {{n, n}}, kGpu ? 5 : 1});
+  // gpt-oss alternates full-attention and window-128 layers; both with learned
+  // sinks. Same shape at CPU size (its heads are small), fewer and shorter requests.
+  const int oss_batch = kGpu ? 64 : 2, oss_ctx = kGpu ? 4096 : 320;
+  const std::string oss_shape = "batch:" + std::to_string(oss_batch) + "/ctx:" + std::to_string(oss_ctx);
+  const auto gptoss = [](AttentionConfig& c) {
+    c.num_q_heads = 64;
+    c.num_kv_heads = 8;
+    c.head_dim = 64;
+  };
+  out.push_back({"gptoss", "layer:full/" + oss_shape, decode_requests(oss_batch, oss_ctx), kGpu ? 20 : 1, gptoss,
+                 /*windowed_only=*/false, {"04_split_kv", "08_attention_sinks"}});
+  out.push_back({"gptoss", "layer:window128/" + oss_shape, decode_requests(oss_batch, oss_ctx), kGpu ? 20 : 1,
+                 [gptoss](AttentionConfig& c) {
+                   gptoss(c);
+                   if (c.window > 0) c.window = 128;
+                 },
+                 /*windowed_only=*/true, {"06_sliding_window", "08_sinks_window"}});
   return out;
+}
+
+// The configuration backend b runs case c with: Qwen3-8B, then the backend's
+// settings, then the case's.
+AttentionConfig config_for(const Backend& b, const BenchCase& c) {
+  AttentionConfig cfg;  // Qwen3-8B: Hq 32, Hkv 8, D 128, block 16
+  if (b.configure) b.configure(cfg);  // 8-bit cache, window, sinks: kv_bytes is then the backend's own floor
+  if (c.configure) c.configure(cfg);
+  return cfg;
+}
+
+// Why b is not part of case c's comparison; empty = it is. Decided at
+// registration: such pairs get no benchmark.
+std::string not_compared(const Backend& b, const BenchCase& c) {
+  if (c.windowed_only && config_for(b, c).window == 0) return "the case runs windowed backends only";
+  if (!c.only.empty() && std::find(c.only.begin(), c.only.end(), b.name) == c.only.end())
+    return "the case compares other backends";
+  return {};
 }
 
 // The reference backend is slow by design; keep its runs to sizes where it
@@ -99,13 +164,19 @@ std::string over_budget(const Backend& b, const BenchCase& c) {
 }
 
 void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
-  AttentionConfig cfg;  // Qwen3-8B: Hq 32, Hkv 8, D 128, block 16
-  if (b.configure) b.configure(cfg);  // 8-bit cache, window: kv_bytes below is then the backend's own floor
-  if (c.family == "window" && cfg.window == 0) {
-    state.SkipWithError("unsupported: the window case runs windowed backends only");
+  if (std::string why = not_compared(b, c); !why.empty()) {
+    state.SkipWithError(("unsupported: " + why).c_str());
     return;
   }
-  const Problem p = make_problem(cfg, c.requests, {.seed = 1, .fill_values = false});
+  Problem p = make_problem(config_for(b, c), c.requests, {.seed = 1, .fill_values = false});
+  if (p.cfg.with_sinks && p.sinks.empty()) {
+    // make_problem draws the sinks with the values, which benchmarks make on
+    // the device instead; without sinks the batch would time the sink-free path.
+    std::mt19937 gen(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    p.sinks.resize(p.cfg.num_q_heads);
+    for (float& s : p.sinks) s = normal(gen);
+  }
   if (std::string why = b.unsupported(p); !why.empty()) {
     state.SkipWithError(("unsupported: " + why).c_str());
     return;
@@ -164,9 +235,7 @@ int main(int argc, char** argv) {
         // Planned backends (stage 07) exist for shared prefixes, which these
         // cases lack: bench_cascade measures them.
         if (b.prepare) continue;
-        AttentionConfig probe_cfg;
-        if (b.configure) b.configure(probe_cfg);
-        if (c.family == "window" && probe_cfg.window == 0) continue;  // the window case is for windowed backends
+        if (!not_compared(b, c).empty()) continue;
         benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
                                      [&b, c](benchmark::State& st) { run_case(st, b, c); })
             ->UseManualTime()

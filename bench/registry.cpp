@@ -8,6 +8,9 @@ namespace pa::bench {
 
 namespace {
 constexpr int kBenchWindow = 4096;
+// gpt-oss's windowed layers (window 128), with StreamingLLM's 4 sink tokens.
+constexpr int kSinkWindow = 128;
+constexpr int kSinkTokens = 4;
 std::string always(const Problem&) { return {}; }
 std::string decode_only(const Problem& p) {
   return p.meta.decode_only ? std::string() : "split-KV serves decode-only batches";
@@ -36,6 +39,18 @@ const std::vector<Backend>& backends() {
        [](const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>& groups) -> Backend::Step {
          auto plan = std::make_shared<stage07::Cascade>(stage07::plan(db.params(), p.meta, groups, /*force=*/1));
          return [plan, params = db.params()] { stage07::forward(params, *plan); };
+       }},
+      // gpt-oss's full-attention layers: one learned sink logit per query head.
+      {"08_attention_sinks", always, [](const Problem&, DeviceBatch& db) { stage08::forward(db.params()); },
+       [](AttentionConfig& c) { c.with_sinks = true; }},
+      // gpt-oss's windowed layers plus StreamingLLM's sink tokens: learned sinks,
+      // window 128 and the first 4 positions visible to every query, so a decode
+      // reads at most 132 positions however long its context.
+      {"08_sinks_window", always, [](const Problem&, DeviceBatch& db) { stage08::forward(db.params()); },
+       [](AttentionConfig& c) {
+         c.with_sinks = true;
+         c.window = kSinkWindow;
+         c.sink_tokens = kSinkTokens;
        }},
   };
   return all;

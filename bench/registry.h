@@ -19,9 +19,11 @@ struct Backend {
   // One decode step on the batch. Null for backends that need a plan (prepare).
   std::function<void(const Problem&, DeviceBatch&)> forward;
   // Adjusts the model configuration before the backend's Problem is built (e.g.
-  // an 8-bit cache format, a sliding window); null = the shared Problem. The
-  // benchmark's bytes (Problem::kv_bytes_read) come from that Problem, so the
-  // floor is the backend's own: codes + scales, or only the window's keys.
+  // an 8-bit cache format, a sliding window, learned sinks, sink tokens); null =
+  // the shared Problem. The benchmark's bytes (Problem::kv_bytes_read) come from
+  // that Problem, so the floor is the backend's own: codes + scales, or only the
+  // window's keys and the sink tokens. A bench_attention case may adjust it
+  // further (its model shape, its window), after this.
   std::function<void(AttentionConfig&)> configure = nullptr;
   // Backends with a per-batch plan (stage 07's cascade over the batch's shared
   // prefixes): builds it once, outside the timed region, as a serving engine

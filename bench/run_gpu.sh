@@ -7,7 +7,8 @@
 #   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--skip-cascade]
 #                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX]
 #
-# --skip-bench skips bench_attention (and with it the PyTorch reference points);
+# --skip-bench skips bench_attention (and with it the PyTorch reference points and
+# summary.md: the results table and stage 08's targets);
 # --skip-cascade skips bench_cascade (stage 07: cascade.json, cascade.txt,
 # cascade_speedup.png, cascade.md). The filters select benchmarks of each suite.
 #
@@ -86,8 +87,12 @@ if ((!skip_bench)); then
     tail -3 "$out/torch.log"
     step plots
     python3 plots/plot_bench.py --bench "$out/bench.json" --torch "$out/torch.json" --out "$out" || status=1
-    python3 plots/summarize.py --bench "$out/bench.json" --torch "$out/torch.json" | tee "$out/summary.md"
   fi
+  # The results table and stage 08's targets (sinks cost, gpt-oss floor fraction).
+  step summary
+  torch_args=()
+  [[ -s $out/torch.json ]] && torch_args=(--torch "$out/torch.json")
+  python3 plots/summarize.py --bench "$out/bench.json" "${torch_args[@]}" | tee "$out/summary.md" || status=1
 fi
 
 if ((!skip_cascade)); then

@@ -10,6 +10,11 @@ bench/torch_reference.py measured in the same run) and draws:
   prefill.png        causal prefill TFLOP/s per backend
   quantized.png      decode step time at 4096 tokens: the bf16 kernel (stage 04) against the
                      8-bit caches (stage 05 backends), with each one's fraction of its own floor
+  sinks.png          stage 08 at 4096 tokens: the time of learned sinks over split-KV
+                     (08_attention_sinks / 04_split_kv, target <= 1.02) against batch size, and the
+                     step times of 04_split_kv, 08_attention_sinks and 08_sinks_window (window 128 +
+                     4 sink tokens, which reads 132 positions per request whatever the context)
+The bandwidth plots leave out 08_sinks_window: its bytes are a window's, not the context's.
 Titles carry the device and the date of the run.
 
     python3 plots/plot_bench.py --bench bench.json [--torch torch.json] --out plots/
@@ -43,9 +48,14 @@ def rows(doc):
     return out
 
 
+# Backends whose bytes on the sweeps are a short window's, not the context's.
+NOT_ON_SWEEPS = {"08_sinks_window"}
+SINKS_MAX_TIME_RATIO = 1.02
+
+
 def plot_bandwidth(data, family, read_gbps, title, path, xlabel):
     fig, ax = plt.subplots(figsize=(8, 5))
-    backends = sorted({r["backend"] for r in data if r["family"] == family})
+    backends = sorted({r["backend"] for r in data if r["family"] == family} - NOT_ON_SWEEPS)
     if not backends:
         plt.close(fig)
         return False
@@ -133,6 +143,39 @@ def plot_quantized(data, read_gbps, title, path):
     return True
 
 
+def plot_sinks(data, title, path):
+    def times(name):
+        return {int(r["fields"]["batch"]): r["ms_median"] for r in data
+                if r["family"] == "decode" and r["backend"] == name}
+
+    base, sinks, window = times("04_split_kv"), times("08_attention_sinks"), times("08_sinks_window")
+    batches = sorted(set(base) & set(sinks))
+    if not batches:
+        return False
+    fig, (ax_r, ax_t) = plt.subplots(1, 2, figsize=(12, 5))
+    ax_r.plot(batches, [sinks[b] / base[b] for b in batches], marker="o", label="08_attention_sinks / 04_split_kv")
+    ax_r.axhline(SINKS_MAX_TIME_RATIO, color="black", linewidth=1, linestyle="--",
+                 label=f"target <= {SINKS_MAX_TIME_RATIO}")
+    ax_r.axhline(1.0, color="gray", linewidth=0.8)
+    ax_r.set_ylabel("time ratio")
+    for name, pts in [("04_split_kv", base), ("08_attention_sinks", sinks), ("08_sinks_window", window)]:
+        if pts:
+            xs = sorted(pts)
+            ax_t.plot(xs, [pts[x] for x in xs], marker="o", label=name)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time per decode step (ms)")
+    for ax in (ax_r, ax_t):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (requests)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="bench_attention --benchmark_out JSON")
@@ -159,6 +202,8 @@ def main():
     if plot_quantized(data, read_gbps, f"Decode at 4096 tokens: bf16 vs 8-bit KV caches ({stamp})",
                       os.path.join(args.out, "quantized.png")):
         made.append("quantized.png")
+    if plot_sinks(data, f"Decode at 4096 tokens: attention sinks ({stamp})", os.path.join(args.out, "sinks.png")):
+        made.append("sinks.png")
     if not made:
         print("plot_bench: no plottable benchmarks in the input", file=sys.stderr)
         return 1
