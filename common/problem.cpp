@@ -201,7 +201,17 @@ Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>
 
   const int D = cfg.head_dim, Hq = cfg.num_q_heads, Hkv = cfg.num_kv_heads;
   const size_t cache_elems = static_cast<size_t>(p.num_blocks) * bs * Hkv * D;
-  if (!opt.fill_values) return p;
+  if (!opt.fill_values) {
+    // Benchmarks fill q and the cache on the device, but a kernel's sinks are
+    // part of the model: draw them here too (a few floats).
+    if (cfg.with_sinks) {
+      std::mt19937_64 sink_gen(opt.seed ^ 0x51A4u);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      p.sinks.resize(Hq);
+      for (auto& s : p.sinks) s = normal(sink_gen);
+    }
+    return p;
+  }
 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto rnd = [&] { return __float2bfloat16(normal(gen)); };
