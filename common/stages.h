@@ -138,7 +138,8 @@ struct Cascade {
 // Throws pa::Error naming the group and request before anything touches the device: a group with
 // no members or no prefix, a member listed twice or in two groups, a request index out of range, a
 // member whose table does not start with the group's blocks, a prefix that reaches into a member's
-// new tokens (prefix_len > seq_len - q_len), a sliding window (not supported with cascade), sinks.
+// new tokens (prefix_len > seq_len - q_len), a sliding window (not supported with cascade).
+// Sinks are accepted here and refused by forward(); stage08::forward(p, cascade) runs them.
 Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
              int force = -1);
 // The cost model alone (no device work): the path a group of `members` requests sharing
