@@ -223,6 +223,30 @@ void require_decode_batch(const AttentionParams& p) {
   }
 }
 
+// Splits of num_splits partials in this host thread's workspace, grown to fit
+// the batch; with one split the tile writes the final rows and needs none.
+Splits workspace_splits(const AttentionParams& p, int num_splits, int keys_per_split) {
+  Splits part{nullptr, nullptr, num_splits, keys_per_split};
+  if (num_splits > 1) {
+    const size_t rows = static_cast<size_t>(num_splits) * p.batch.num_tokens * p.num_q_heads;
+    Workspace& ws = workspace();
+    ws.o.resize(rows * p.kv.head_dim);
+    ws.lse.resize(rows);
+    part.part_o = ws.o.data();
+    part.part_lse = ws.lse.data();
+  }
+  return part;
+}
+
+// A split count asked of a launcher that serves any batch (later stages):
+// 0 = automatic, 1..MAX_SPLITS forces the split path, on decode-only batches.
+void check_split_request(const AttentionParams& p, int num_splits) {
+  PA_REQUIRE(num_splits >= 0 && num_splits <= MAX_SPLITS, "num_splits " + std::to_string(num_splits) +
+                                                              " is outside 0 (automatic) .. " +
+                                                              std::to_string(MAX_SPLITS));
+  if (num_splits > 0) require_decode_batch(p);  // names the request that is not a decode
+}
+
 // Throws, before any launch, unless `sp` is a plan this launcher can run over
 // `span_keys` keys: 1..MAX_SPLITS splits of >= 1 block that together cover the span.
 void check_plan(const SplitPlan& sp, int span_keys, int block_size) {
@@ -292,15 +316,7 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
   const SplitPlan sp = num_splits == 0 ? plan_rule(p, sm_count(), span_keys)
                                        : plan_fixed_rule(span_keys, p.kv.block_size, num_splits);
   check_plan(sp, span_keys, p.kv.block_size);
-  Splits part{nullptr, nullptr, sp.num_splits, sp.blocks_per_split * p.kv.block_size};
-  if (sp.num_splits > 1) {
-    const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
-    Workspace& ws = workspace();
-    ws.o.resize(rows * p.kv.head_dim);
-    ws.lse.resize(rows);
-    part.part_o = ws.o.data();
-    part.part_lse = ws.lse.data();
-  }
+  const Splits part = workspace_splits(p, sp.num_splits, sp.blocks_per_split * p.kv.block_size);
   stage03::with_head_dim(p.kv.head_dim,
                          [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, stream, adapt); });
 }

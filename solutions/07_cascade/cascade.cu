@@ -51,8 +51,7 @@ Path choose_path(const AttentionParams& p, int members, int prefix_len, int quer
   const double suffix_bytes = static_cast<double>(members) * (suffix_len + queries) * token_bytes;
   const double plain = (static_cast<double>(members) * prefix_len * token_bytes + suffix_bytes) / read_rate;
   // The prefix pass: every group query row (padded GQA heads) against every prefix key, Q K^T and P V.
-  int group_pad = 1;
-  while (group_pad < p.num_q_heads / p.kv.num_kv_heads) group_pad *= 2;
+  const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
   const double rows = static_cast<double>(members) * queries * group_pad * p.kv.num_kv_heads;
   const double prefix_flops = 4.0 * rows * prefix_len * p.kv.head_dim;
   const double prefix_pass = std::max(prefix_len * token_bytes / read_rate, prefix_flops / flop_rate);

@@ -126,7 +126,7 @@ struct SuffixMerge {
   }
 
   // The lane holds dims 8j + 2t4 + h of the row (o[j][2 half + h]); merged
-  // with the prefix partials, then written as stage 03's WholeContext does.
+  // with the prefix partials, then written by stage 03's WholeContext.
   template <int O_TILES>
   __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
                                             int half, int t4, float inv_l, float lse) const {
@@ -137,14 +137,10 @@ struct SuffixMerge {
     SoftmaxState<N> acc = SoftmaxState<N>::partial(lse, mine);
     auto dim = [t4](int i) { return 8 * (i >> 1) + 2 * t4 + (i & 1); };
     prefix.merge_into(acc, q_row, p.num_q_heads, 8 * O_TILES, dim);
-    const float inv = acc.inv_l();
-    bf16* out_row = p.out + q_row * (8 * O_TILES);  // [HEAD_DIM]
+    float merged[O_TILES][4] = {};  // back in the accumulator layout, row `half`
 #pragma unroll
-    for (int j = 0; j < O_TILES; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out_row + 8 * j + 2 * t4) =
-          __floats2bfloat162_rn(acc.o[2 * j] * inv, acc.o[2 * j + 1] * inv);
-    }
-    if (p.lse != nullptr && t4 == 0) p.lse[q_row] = acc.lse();
+    for (int j = 0; j < O_TILES; ++j) merged[j][2 * half] = acc.o[2 * j], merged[j][2 * half + 1] = acc.o[2 * j + 1];
+    stage03::WholeContext{}.store_row(p, q_row, merged, half, t4, acc.inv_l(), acc.lse());
   }
 };
 
@@ -201,13 +197,7 @@ __global__ void gather_queries_kernel(const bf16* __restrict__ q,  // [batch tok
 
 using stage03::Packing;
 
-inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// Which tile the prefix pass runs for a group of `rows` rows per KV head.
-template <int HEAD_DIM, class Tiles>
-bool prefix_uses_decode_tile(int rows) {
-  return rows <= Tiles::template Decode<HEAD_DIM>::ROWS;
-}
+using stage04::ceil_div;
 
 // The prefix pass of tile family Tiles over the gathered batch pg.
 template <int HEAD_DIM, class Tiles>
@@ -219,7 +209,7 @@ void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& 
     const dim3 grid(slice.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups);
     Tiles::template launch_tile<T, PrefixSplits, stage03::CausalMask>(pg, pk, slice, grid, stream);
   };
-  if (prefix_uses_decode_tile<HEAD_DIM, Tiles>(c.max_group_tokens << pk.group_shift)) {
+  if ((c.max_group_tokens << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS) {
     run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
   } else {
     run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
@@ -236,13 +226,9 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
   const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
   const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
   if (decode_only && sp.num_splits > 1) {
-    stage04::Workspace& ws = stage04::workspace();
-    const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
-    ws.o.resize(rows * HEAD_DIM);
-    ws.lse.resize(rows);
     SuffixSplits slice;
     static_cast<stage04::Splits&>(slice) =
-        stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
+        stage04::workspace_splits(p, sp.num_splits, sp.blocks_per_split * p.kv.block_size);
     slice.suffix_begin = c.suffix_begin.data();
     using T = typename Tiles::template Decode<HEAD_DIM>;
     const auto adapted = adapt(slice);
@@ -252,17 +238,9 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
            p, static_cast<const stage04::Splits&>(slice), prefix);
     return;
   }
-  const auto slice = adapt(SuffixMerge{c.suffix_begin.data(), prefix});
-  auto run = [&]<class T>() {
-    const int block_q = T::ROWS >> pk.group_shift;
-    const dim3 grid(ceil_div(p.batch.max_query_len, block_q), p.kv.num_kv_heads, p.batch.num_requests);
-    Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, stage03::CausalMask>(p, pk, slice, grid, stream);
-  };
-  if ((p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS) {
-    run.template operator()<typename Tiles::template Decode<HEAD_DIM>>();
-  } else {
-    run.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
-  }
+  // Whole query tiles, as stage 03 launches them, with SuffixMerge in place of WholeContext.
+  auto to_suffix = [&](const stage03::WholeContext&) { return adapt(SuffixMerge{c.suffix_begin.data(), prefix}); };
+  stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
 }
 
 // Both passes with tile family Tiles; `adapt` wraps the suffix pass's Slice

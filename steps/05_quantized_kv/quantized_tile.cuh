@@ -613,10 +613,7 @@ static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
 template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, int num_splits,
                          int span_keys, const Adapt& adapt = {}) {
-  PA_REQUIRE(num_splits >= 0 && num_splits <= stage04::MAX_SPLITS,
-             "num_splits " + std::to_string(num_splits) + " is outside 0 (automatic) .. " +
-                 std::to_string(stage04::MAX_SPLITS));
-  if (num_splits > 0) stage04::require_decode_batch(p);  // names the request that is not a decode
+  stage04::check_split_request(p, num_splits);
   const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
   if (num_splits > 0 || (decode_only && stage04::plan_rule(p, stage04::sm_count(), span_keys).num_splits > 1)) {
     stage04::forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);

@@ -35,13 +35,8 @@ void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk,
                                                 : stage04::plan_fixed_rule(span, p.kv.block_size, num_splits);
   stage04::check_plan(sp, span, p.kv.block_size);
   const int total = sp.num_splits + 1;
-  stage04::Workspace& ws = stage04::workspace();
-  const size_t rows = static_cast<size_t>(total) * p.batch.num_tokens * p.num_q_heads;
-  ws.o.resize(rows * p.kv.head_dim);
-  ws.lse.resize(rows);
   SinkTokenSplits slice;
-  static_cast<stage04::Splits&>(slice) =
-      stage04::Splits{ws.o.data(), ws.lse.data(), total, sp.blocks_per_split * p.kv.block_size};
+  static_cast<stage04::Splits&>(slice) = stage04::workspace_splits(p, total, sp.blocks_per_split * p.kv.block_size);
   slice.sink_tokens = p.sink_tokens;
   slice.window = p.window;
   slice.block_shift = pk.block_shift;
@@ -58,10 +53,7 @@ void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk,
 template <class Tiles, class Adapt>
 void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
          const Adapt& adapt) {
-  PA_REQUIRE(num_splits >= 0 && num_splits <= stage04::MAX_SPLITS,
-             "stage 08: num_splits " + std::to_string(num_splits) + " is outside 0 (automatic) .. " +
-                 std::to_string(stage04::MAX_SPLITS));
-  if (num_splits > 0) stage04::require_decode_batch(p);
+  stage04::check_split_request(p, num_splits);
   const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
   if (p.sink_tokens > 0 && decode_only) {
     run_sink_token_splits<Tiles>(p, pk, stream, num_splits, adapt);
