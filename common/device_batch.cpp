@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "batch_ops.h"
 #include "quant.cuh"
@@ -14,14 +15,72 @@ std::vector<float> to_float(const std::vector<bf16>& x) {
   return out;
 }
 
+namespace {
+
+// Throws unless host tensor `name` has `want` elements.
+template <class T>
+void require_size(const std::vector<T>& x, size_t want, const char* name, const char* shape) {
+  PA_REQUIRE(x.size() == want, std::string("Problem::") + name + " has " + std::to_string(x.size()) +
+                                   " elements; the metadata needs " + shape + " = " + std::to_string(want));
+}
+
+template <class T>
+void require_empty(const std::vector<T>& x, const char* name, const char* why) {
+  PA_REQUIRE(x.empty(), std::string("Problem::") + name + " has " + std::to_string(x.size()) + " elements; " + why);
+}
+
+// Whether p carries its values (make_problem's fill_values), or leaves q and the
+// cache for the device to fill (benchmarks): then every value tensor is empty.
+bool has_values(const Problem& p) {
+  return !(p.q.empty() && p.k_new.empty() && p.v_new.empty() && p.k_cache.empty() && p.v_cache.empty() &&
+           p.k_codes.empty() && p.v_codes.empty() && p.k_scale.empty() && p.v_scale.empty());
+}
+
+// Every host tensor the constructor uploads has exactly the size the metadata
+// gives it, so the uploads, the write path and the kernels stay inside their
+// buffers: a short q or k_new would be read past its end, a short cache written
+// past its end through slot_mapping.
+void check_sizes(const Problem& p) {
+  const AttentionConfig& c = p.cfg;
+  const size_t tokens = static_cast<size_t>(p.meta.num_tokens);
+  const size_t slots = static_cast<size_t>(p.num_blocks) * c.block_size;
+  const size_t q_elems = tokens * c.num_q_heads * c.head_dim;
+  const size_t new_elems = tokens * c.num_kv_heads * c.head_dim;
+  const size_t cache_elems = slots * c.num_kv_heads * c.head_dim;
+  if (c.with_sinks) require_size(p.sinks, static_cast<size_t>(c.num_q_heads), "sinks", "[num_q_heads]");
+  if (!has_values(p)) return;
+  require_size(p.q, q_elems, "q", "[num_tokens, num_q_heads, head_dim]");
+  require_size(p.k_new, new_elems, "k_new", "[num_tokens, num_kv_heads, head_dim]");
+  require_size(p.v_new, new_elems, "v_new", "[num_tokens, num_kv_heads, head_dim]");
+  if (is_quantized(c.kv_format)) {
+    // k_cache / v_cache are the oracle's full-precision history; the device never reads them.
+    require_size(p.k_codes, cache_elems, "k_codes", "[num_blocks, block_size, num_kv_heads, head_dim]");
+    require_size(p.v_codes, cache_elems, "v_codes", "[num_blocks, block_size, num_kv_heads, head_dim]");
+    require_size(p.k_scale, slots * c.num_kv_heads, "k_scale", "[num_blocks, block_size, num_kv_heads]");
+    require_size(p.v_scale, slots * c.num_kv_heads, "v_scale", "[num_blocks, block_size, num_kv_heads]");
+  } else {
+    require_size(p.k_cache, cache_elems, "k_cache", "[num_blocks, block_size, num_kv_heads, head_dim]");
+    require_size(p.v_cache, cache_elems, "v_cache", "[num_blocks, block_size, num_kv_heads, head_dim]");
+    const char* why = "a bf16 cache has no codes or scales";
+    require_empty(p.k_codes, "k_codes", why);
+    require_empty(p.v_codes, "v_codes", why);
+    require_empty(p.k_scale, "k_scale", why);
+    require_empty(p.v_scale, "v_scale", why);
+  }
+}
+
+}  // namespace
+
 DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   const BatchMeta& m = p.meta;
   validate(m, p.cfg, p.num_blocks);
+  check_sizes(p);
   const AttentionConfig& c = p.cfg;
   const size_t q_elems = static_cast<size_t>(m.num_tokens) * c.num_q_heads * c.head_dim;
   const size_t cache_elems = static_cast<size_t>(p.num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
   const bool quantized = is_quantized(c.kv_format);
-  if (quantized && !p.q.empty()) {
+  const bool values = has_values(p);
+  if (quantized && values) {
     // The cache is the host-quantized history; the bf16 copy is the oracle's.
     q.upload(p.q);
     k_codes.upload(p.k_codes);
@@ -37,7 +96,7 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
     v_codes.resize(cache_elems);
     k_scale.resize(static_cast<size_t>(p.num_blocks) * c.block_size * c.num_kv_heads);
     v_scale.resize(k_scale.size());
-  } else if (!p.q.empty()) {
+  } else if (values) {
     q.upload(p.q);
     k_cache.upload(p.k_cache);
     v_cache.upload(p.v_cache);
@@ -83,8 +142,8 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   a.sinks = p.cfg.with_sinks ? sinks.data() : nullptr;
   a.sink_tokens = p.cfg.sink_tokens;
 
-  if (quantized && p.q.empty()) fill_random_quantized(p.num_blocks * c.block_size, stream);
-  if (!p.k_new.empty()) {
+  if (quantized && !values) fill_random_quantized(p.num_blocks * c.block_size, stream);
+  if (values && m.num_tokens > 0) {
     if (quantized) {
       write_kv_quantized(a.kv, k_new.data(), v_new.data(), slot_mapping.data(), m.num_tokens, stream);
     } else {

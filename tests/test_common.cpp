@@ -88,6 +88,102 @@ TEST(Validate, DeviceBatchRejectsBeforeTouchingTheDevice) {
   expect_error([&] { DeviceBatch db(p); }, "is out of range");
 }
 
+// --- DeviceBatch: every tensor's size against the metadata, before any upload --
+
+// The milestone batch in `format` (8 q / 2 kv heads, head_dim 64, block 16):
+// the milestone has 50 query rows.
+Problem milestone_in(KvFormat format, bool with_sinks = false) {
+  AttentionConfig c = config(8, 2, 64, 16);
+  c.kv_format = format;
+  c.with_sinks = with_sinks;
+  return make_problem(c, milestone_requests());
+}
+
+std::string size_message(const char* name, size_t got, const char* shape, size_t want) {
+  return std::string("Problem::") + name + " has " + std::to_string(got) + " elements; the metadata needs " + shape +
+         " = " + std::to_string(want);
+}
+
+TEST(DeviceBatchSizes, QueriesOneRowShort) {
+  Problem p = milestone_in(KvFormat::bf16);
+  const size_t want = p.q.size(), row = static_cast<size_t>(p.cfg.num_q_heads) * p.cfg.head_dim;
+  p.q.resize(want - row);
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("q", want - row, "[num_tokens, num_q_heads, head_dim]", want));
+}
+
+TEST(DeviceBatchSizes, NewKeysOneRowShort) {
+  Problem p = milestone_in(KvFormat::bf16);
+  const size_t want = p.k_new.size(), row = static_cast<size_t>(p.cfg.num_kv_heads) * p.cfg.head_dim;
+  p.k_new.resize(want - row);
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("k_new", want - row, "[num_tokens, num_kv_heads, head_dim]", want));
+}
+
+TEST(DeviceBatchSizes, NewValuesMissing) {
+  Problem p = milestone_in(KvFormat::bf16);
+  const size_t want = p.v_new.size();
+  p.v_new.clear();
+  expect_error([&] { DeviceBatch db(p); }, size_message("v_new", 0, "[num_tokens, num_kv_heads, head_dim]", want));
+}
+
+TEST(DeviceBatchSizes, KeyCacheWithHalfTheBlocks) {
+  Problem p = milestone_in(KvFormat::bf16);
+  const size_t want = p.k_cache.size();
+  p.k_cache.resize(want / 2);
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("k_cache", want / 2, "[num_blocks, block_size, num_kv_heads, head_dim]", want));
+}
+
+TEST(DeviceBatchSizes, EmptyValueCache) {
+  Problem p = milestone_in(KvFormat::bf16);
+  const size_t want = p.v_cache.size();
+  p.v_cache.clear();
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("v_cache", 0, "[num_blocks, block_size, num_kv_heads, head_dim]", want));
+}
+
+TEST(DeviceBatchSizes, Int8KeyScalesOfHalfSize) {
+  Problem p = milestone_in(KvFormat::int8);
+  const size_t want = p.k_scale.size();
+  p.k_scale.resize(want / 2);
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("k_scale", want / 2, "[num_blocks, block_size, num_kv_heads]", want));
+}
+
+TEST(DeviceBatchSizes, Int8ValueScalesOfHalfSize) {
+  Problem p = milestone_in(KvFormat::int8);
+  const size_t want = p.v_scale.size();
+  p.v_scale.resize(want / 2);
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("v_scale", want / 2, "[num_blocks, block_size, num_kv_heads]", want));
+}
+
+TEST(DeviceBatchSizes, Fp8ValueCodesShort) {
+  Problem p = milestone_in(KvFormat::fp8_e4m3);
+  const size_t want = p.v_codes.size();
+  p.v_codes.resize(want - 1);
+  expect_error([&] { DeviceBatch db(p); },
+               size_message("v_codes", want - 1, "[num_blocks, block_size, num_kv_heads, head_dim]", want));
+}
+
+TEST(DeviceBatchSizes, SinksMissing) {
+  Problem p = milestone_in(KvFormat::bf16, /*with_sinks=*/true);
+  p.sinks.clear();  // the kernels would silently run without sinks
+  expect_error([&] { DeviceBatch db(p); }, size_message("sinks", 0, "[num_q_heads]", 8));
+}
+
+TEST(DeviceBatchSizes, BenchmarkBatchesCarryNoValues) {
+  // fill_values = false: the device fills q and the cache; only the sinks come from the host.
+  for (KvFormat f : {KvFormat::bf16, KvFormat::int8}) {
+    AttentionConfig c = config(8, 2, 64, 16);
+    c.kv_format = f;
+    c.with_sinks = true;
+    const Problem p = make_problem(c, milestone_requests(), {.seed = 3, .fill_values = false});
+    EXPECT_NO_THROW(DeviceBatch db(p)) << name(f);
+  }
+}
+
 // --- builders -----------------------------------------------------------------
 
 TEST(Builders, BlockTablesAreShuffled) {

@@ -7,11 +7,13 @@
 // scores never leave the SM. Prefill chunks, full prompts and decodes all ride
 // in the same launch.
 #include <algorithm>
+#include <string>
 
 #include "common/batch_ops.h"
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
+#include "common/quant.cuh"
 #include "common/reduce.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
@@ -101,11 +103,31 @@ __global__ void __launch_bounds__(NUM_THREADS) fused_paged_kernel(AttentionParam
   if (lane == 0) PA_TODO(5);
 }
 
+// What the kernel assumes of `p`, checked on the host before any launch: it
+// reads bf16 rows through k_cache / v_cache (an 8-bit cache leaves them null),
+// maps query head h to KV head h / (num_q_heads / num_kv_heads) (a partial group
+// would read past the last KV head), and divides positions by block_size.
+void validate(const AttentionParams& p) {
+  PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
+             "stage 02 implements plain causal attention: no sliding window, no sinks");
+  PA_REQUIRE(p.kv.format == KvFormat::bf16,
+             std::string("stage 02 reads bf16 caches; this one is ") + name(p.kv.format) +
+                 " (run 8-bit caches through stage 05, 05_quantized_kv)");
+  PA_REQUIRE(p.kv.k_cache != nullptr && p.kv.v_cache != nullptr, "stage 02: the bf16 cache needs k_cache and v_cache");
+  PA_REQUIRE(p.kv.num_kv_heads > 0 && p.num_q_heads > 0 && p.num_q_heads % p.kv.num_kv_heads == 0,
+             "stage 02: num_q_heads (" + std::to_string(p.num_q_heads) +
+                 ") must be a positive multiple of num_kv_heads (" + std::to_string(p.kv.num_kv_heads) +
+                 "): each KV head serves a whole group of query heads");
+  PA_REQUIRE(p.kv.block_size >= 1,
+             "stage 02: block_size " + std::to_string(p.kv.block_size) + " must be at least 1");
+  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
+             "stage 02: head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
+}
+
 }  // namespace
 
 void forward(const AttentionParams& p, cudaStream_t stream) {
-  PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
-             "stage 02 implements plain causal attention: no sliding window, no sinks");
+  validate(p);
   const dim3 grid(p.batch.num_requests, (p.batch.max_query_len + BLOCK_Q - 1) / BLOCK_Q, p.num_q_heads);
   switch (p.kv.head_dim) {
     case 64: launch(fused_paged_kernel<64>, grid, dim3(NUM_THREADS), 0, stream, p); break;
