@@ -123,7 +123,8 @@ size_t Problem::kv_bytes_read() const {
     // Sink tokens add the positions [0, sink_tokens) that lie before that start.
     int keys = seq_len;
     if (cfg.window > 0) {
-      keys = std::min(seq_len, meta.q_len(r) + cfg.window - 1);
+      // 64 bits: q_len + window - 1 wraps for windows near INT_MAX.
+      keys = static_cast<int>(std::min<long long>(seq_len, static_cast<long long>(meta.q_len(r)) + cfg.window - 1));
       keys += std::min(cfg.sink_tokens, seq_len - keys);
     }
     tokens += static_cast<size_t>(std::max(keys, 0));

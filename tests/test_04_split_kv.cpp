@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "tests/harness.h"
+#include "tests/split_request_checks.h"
 
 namespace pa::test {
 namespace {
@@ -203,6 +204,23 @@ TEST(Stage04Plan, FixedSplitCount) {
   EXPECT_EQ(sp.num_splits, 8);
   EXPECT_EQ(sp.blocks_per_split, 2);
   expect_error([&] { stage04::plan_fixed(p, 65); }, "num_splits 65");
+}
+
+
+// ---- split counts: the same check as stages 05, 06 and 08 -----------------------------
+
+void stage04_splits(const AttentionParams& p, int num_splits) { stage04::forward(p, nullptr, num_splits); }
+
+TEST(Stage04SplitRequests, RefusesMinusOne) { expect_refuses_split_count(config(8, 2, 64, 16), stage04_splits, -1); }
+TEST(Stage04SplitRequests, RefusesSixtyFive) { expect_refuses_split_count(config(8, 2, 64, 16), stage04_splits, 65); }
+TEST(Stage04SplitRequests, ForcedSplitsRefusePrefill) {
+  expect_forced_splits_refuse_prefill(config(8, 2, 64, 16), stage04_splits);
+}
+TEST(Stage04SplitRequests, LooseBoundsDecodesAutomatic) {
+  expect_loose_bounds_decodes_match_oracle(config(8, 2, 64, 16), ragged_decodes(), stage04_splits, kAuto);
+}
+TEST(Stage04SplitRequests, LooseBoundsDecodesThreeSplits) {
+  expect_loose_bounds_decodes_match_oracle(config(8, 2, 64, 16), ragged_decodes(), stage04_splits, 3);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "common/quant.cuh"
 #include "tests/quant_checks.h"
+#include "tests/split_request_checks.h"
 
 namespace pa::test {
 namespace {
@@ -259,6 +260,29 @@ TEST(Stage05Errors, ForcedSplitsNeedADecodeBatch) {
   const Problem p = make_problem(qconfig(KvFormat::int8, 8, 2, 64, 16), milestone_requests());
   DeviceBatch db(p);
   expect_error([&] { stage05::forward(db.params(), nullptr, 3); }, "decode-only");
+}
+
+
+// ---- split counts: the same check as stages 04, 06 and 08 -----------------------------
+
+void stage05_splits(const AttentionParams& p, int num_splits) { stage05::forward(p, nullptr, num_splits); }
+
+TEST(Stage05SplitRequests, RefusesMinusOne) {
+  expect_refuses_split_count(qconfig(KvFormat::int8, 8, 2, 64, 16), stage05_splits, -1);
+}
+TEST(Stage05SplitRequests, RefusesSixtyFive) {
+  expect_refuses_split_count(qconfig(KvFormat::fp8_e4m3, 8, 2, 64, 16), stage05_splits, 65);
+}
+TEST(Stage05SplitRequests, ForcedSplitsRefusePrefill) {
+  expect_forced_splits_refuse_prefill(qconfig(KvFormat::int8, 8, 2, 64, 16), stage05_splits);
+}
+TEST(Stage05SplitRequests, LooseBoundsDecodesAutomatic) {
+  expect_loose_bounds_decodes_match_oracle(qconfig(KvFormat::int8, 8, 2, 64, 16), ragged_decodes(), stage05_splits,
+                                           kAuto);
+}
+TEST(Stage05SplitRequests, LooseBoundsDecodesThreeSplits) {
+  expect_loose_bounds_decodes_match_oracle(qconfig(KvFormat::int8, 8, 2, 64, 16), ragged_decodes(), stage05_splits,
+                                           3);
 }
 
 }  // namespace

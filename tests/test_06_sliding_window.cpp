@@ -1,7 +1,11 @@
 // Stage 06: sliding-window attention. A query at q_pos sees keys k_pos <= q_pos
 // with q_pos - k_pos < window; the key loop starts at the window's first block,
 // split-KV splits only the window. The fp64 oracle applies the same rule.
+#include <climits>
+#include <utility>
+
 #include "tests/harness.h"
+#include "tests/split_request_checks.h"
 
 namespace pa::test {
 namespace {
@@ -59,6 +63,21 @@ std::vector<SplitCase> stage06_cases() {
       {{"Int8_Window40_Decodes_Splits3", wconfig(8, 2, 128, 16, 40, F::int8), ragged_decodes()}, 3},
       {{"Fp8_Window5_Block1_Decodes_Splits8", wconfig(8, 2, 64, 1, 5, F::fp8_e4m3), ragged_decodes()}, 8},
   };
+  // Windows near INT_MAX (no context reaches them): window + block_size - 1 and
+  // the window's first key must not wrap in 32 bits. Forced splits 2 and 5 and
+  // the automatic plan on decodes, prefill tiles on the milestone.
+  for (const auto& [w, wn] : {std::pair{INT_MAX, "WindowIntMax"}, std::pair{INT_MAX - 15, "WindowIntMaxMinus15"}}) {
+    const std::string n = wn;
+    const std::vector<RequestShape> decodes = {{1, 300}, {1, 130}, {1, 1}, {1, 33}};
+    for (const int splits : {kAuto, 2, 5}) {
+      const std::string sn = splits == kAuto ? "SplitsAuto" : "Splits" + std::to_string(splits);
+      cases.push_back({{n + "_Block16_Decodes_" + sn, wconfig(8, 2, 64, 16, w), decodes}, splits});
+    }
+    cases.push_back({{n + "_Block64_Decodes_Splits2", wconfig(8, 2, 64, 64, w), decodes}, 2});
+    cases.push_back({{n + "_Block1_Decodes_Splits5", wconfig(8, 2, 64, 1, w), decodes}, 5});
+    cases.push_back({{n + "_Int8_Decodes_Splits5", wconfig(8, 2, 128, 16, w, F::int8), decodes}, 5});
+    cases.push_back({{n + "_Milestone", wconfig(8, 2, 128, 16, w), milestone_requests()}, kAuto});
+  }
   if (kGpuBuild) {
     cases.push_back({{"Gpu_Window4096_Decode4x32768_Qwen3Shape", wconfig(32, 8, 128, 16, 4096),
                       decode_requests(4, 32768)},
@@ -114,6 +133,25 @@ TEST(Stage06Errors, RejectsNegativeWindow) {
   AttentionParams params = db.params();
   params.window = -3;
   expect_error([&] { stage06::forward(params); }, "negative");
+}
+
+
+// ---- split counts: the same check as stages 04, 05 and 08 -----------------------------
+
+void stage06_splits(const AttentionParams& p, int num_splits) { stage06::forward(p, nullptr, num_splits); }
+
+TEST(Stage06SplitRequests, RefusesMinusOne) { expect_refuses_split_count(wconfig(8, 2, 64, 16, 40), stage06_splits, -1); }
+TEST(Stage06SplitRequests, RefusesSixtyFive) {
+  expect_refuses_split_count(wconfig(8, 2, 64, 16, 40), stage06_splits, 65);
+}
+TEST(Stage06SplitRequests, ForcedSplitsRefusePrefill) {
+  expect_forced_splits_refuse_prefill(wconfig(8, 2, 64, 16, 40), stage06_splits);
+}
+TEST(Stage06SplitRequests, LooseBoundsDecodesAutomatic) {
+  expect_loose_bounds_decodes_match_oracle(wconfig(8, 2, 64, 16, 40), ragged_decodes(), stage06_splits, kAuto);
+}
+TEST(Stage06SplitRequests, LooseBoundsDecodesThreeSplits) {
+  expect_loose_bounds_decodes_match_oracle(wconfig(8, 2, 64, 16, 40), ragged_decodes(), stage06_splits, 3);
 }
 
 }  // namespace

@@ -12,12 +12,15 @@
 // +30 cases), and the output by half. Split counts are also checked against each
 // other, and the cascade against stage 08's own path on the same batch without
 // groups (the binary links only stage 08's kernels and stage 07's plan).
+#include <climits>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "tests/harness.h"
+#include "tests/split_request_checks.h"
 
 namespace pa::test {
 namespace {
@@ -288,6 +291,23 @@ std::vector<SinkCase> stage08_cases() {
                        kAuto});
     }
   }
+  // Windows near INT_MAX (no context reaches them), with learned sinks, with and
+  // without sink tokens: the window's span and first key must not wrap in 32
+  // bits. Forced splits 2 and 5 and the automatic plan on decodes, prefill tiles
+  // on the milestone.
+  for (const auto& [w, wn] : {std::pair{INT_MAX, "WindowIntMax"}, std::pair{INT_MAX - 15, "WindowIntMaxMinus15"}}) {
+    const std::vector<RequestShape> decodes = {{1, 300}, {1, 130}, {1, 1}, {1, 33}};
+    for (const int s : {0, 4}) {
+      const std::string n = std::string(wn) + (s ? "_SinkTokens4" : "");
+      for (const int splits : {kAuto, 2, 5}) {
+        const std::string sn = splits == kAuto ? "SplitsAuto" : "Splits" + std::to_string(splits);
+        cases.push_back({{n + "_Block16_Decodes_" + sn, windowed(8, 2, 64, 16, w, s), decodes}, S::randn, splits});
+      }
+      cases.push_back({{n + "_Block64_Decodes_Splits2", windowed(8, 2, 64, 64, w, s), decodes}, S::randn, 2});
+      cases.push_back({{n + "_Int8_Decodes_Splits5", windowed(8, 2, 128, 16, w, s, F::int8), decodes}, S::randn, 5});
+      cases.push_back({{n + "_Milestone", windowed(8, 2, 128, 16, w, s), milestone_requests()}, S::randn, kAuto});
+    }
+  }
   if (kGpuBuild) {
     // Full size on a GPU: gpt-oss's attention shape at real context lengths.
     cases.push_back({{"Gpu_GptOss_Window128_Decode16x4096", windowed(64, 8, 64, 16, 128), decode_requests(16, 4096)},
@@ -504,6 +524,38 @@ TEST(Stage08Errors, RejectsSinkTokensWithCascade) {
   AttentionParams params = db.params();
   params.sink_tokens = 4;
   expect_error([&] { stage08::forward(params, plan); }, "sink tokens");
+}
+
+
+// ---- split counts: the same check as stages 04, 05 and 06 -----------------------------
+
+void stage08_splits(const AttentionParams& p, int num_splits) { stage08::forward(p, nullptr, num_splits); }
+
+// Learned sinks, a window of 32 and 4 sink tokens: decodes at 130 and 70 see
+// the sink tokens' block, then a gap, then the window.
+AttentionConfig sinks_and_window() {
+  AttentionConfig c = windowed(8, 2, 64, 16, 32, 4);
+  c.with_sinks = true;
+  return c;
+}
+
+TEST(Stage08SplitRequests, RefusesMinusOne) { expect_refuses_split_count(sinks_and_window(), stage08_splits, -1); }
+TEST(Stage08SplitRequests, RefusesSixtyFive) { expect_refuses_split_count(sinks_and_window(), stage08_splits, 65); }
+TEST(Stage08SplitRequests, ForcedSplitsRefusePrefill) {
+  expect_forced_splits_refuse_prefill(sinks_and_window(), stage08_splits);
+}
+TEST(Stage08SplitRequests, LooseBoundsDecodesAutomatic) {
+  expect_loose_bounds_decodes_match_oracle(sinks_and_window(), ragged_decodes(), stage08_splits, kAuto);
+}
+// Forced splits on decodes with sink tokens take the sink tokens' own split,
+// whatever the bounds say.
+TEST(Stage08SplitRequests, LooseBoundsDecodesThreeSplits) {
+  expect_loose_bounds_decodes_match_oracle(sinks_and_window(), ragged_decodes(), stage08_splits, 3);
+}
+TEST(Stage08SplitRequests, LooseBoundsDecodesThreeSplitsWithoutSinkTokens) {
+  AttentionConfig c = sinks_and_window();
+  c.sink_tokens = 0;
+  expect_loose_bounds_decodes_match_oracle(c, ragged_decodes(), stage08_splits, 3);
 }
 
 }  // namespace

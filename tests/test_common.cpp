@@ -1,6 +1,7 @@
 // The shared ground every stage stands on: metadata validation, batch
 // builders, the fp64 oracle and the comparison.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <set>
 
@@ -577,6 +578,22 @@ TEST(Builders, KvBytesReadCountsSinkTokensBesideTheWindow) {
   // No window: the whole context, sink tokens or not.
   EXPECT_EQ(bytes_in_tokens(0, 4, {{1, 100}, {5, 60}}), 160u);
   EXPECT_EQ(bytes_in_tokens(16, 0, {{1, 100}}), 16u);
+}
+
+// A window no context reaches reads what no window reads, also near INT_MAX
+// (q_len + window - 1 must not wrap) and with sink tokens.
+TEST(Builders, KvBytesReadWithAWindowNearIntMax) {
+  const Problem plain = make_problem(config(8, 2, 64, 16), milestone_requests());
+  for (const int window : {INT_MAX, INT_MAX - 15}) {
+    for (const int sink_tokens : {0, 4}) {
+      AttentionConfig c = config(8, 2, 64, 16);
+      c.window = window;
+      c.sink_tokens = sink_tokens;
+      const Problem p = make_problem(c, milestone_requests());
+      EXPECT_EQ(p.kv_bytes_read(), plain.kv_bytes_read()) << "window " << window << ", sink tokens " << sink_tokens;
+      EXPECT_EQ(p.attended_pairs(), plain.attended_pairs()) << "window " << window << ", sink tokens " << sink_tokens;
+    }
+  }
 }
 
 TEST(Builders, AttendedPairsCountSinkTokensOnce) {

@@ -53,9 +53,10 @@ void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk,
 template <class Tiles, class Adapt>
 void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
          const Adapt& adapt) {
-  stage04::check_split_request(p, num_splits);
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  if (p.sink_tokens > 0 && decode_only) {
+  // Decodes with sink tokens take the sink tokens' own split, also when only the
+  // q_lens (not the flags) show decodes; run_splits_or_tiles checks the request
+  // itself on the other paths.
+  if (p.sink_tokens > 0 && stage04::check_split_request(p, num_splits)) {
     run_sink_token_splits<Tiles>(p, pk, stream, num_splits, adapt);
   } else if (p.sink_tokens > 0) {
     stage05::run_splits_or_tiles<Tiles, WindowWithSinkTokens>(p, pk, stream, num_splits, stage06::span_keys(p), adapt);

@@ -27,7 +27,8 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   PA_REQUIRE(p.kv.format == KvFormat::bf16,
              "stage 04 reads bf16 caches; run 8-bit caches through stage 05 (05_quantized_kv)");
   const stage03::Packing pk = stage03::checked_packing(p, "04");
-  require_decode_batch(p);
+  // This stage serves decodes only, so an automatic request on loose flags reads the q_lens too.
+  if (!check_split_request(p, num_splits)) require_decode_batch(p);
   forward_splits<stage03::Bf16Tiles, stage03::CausalMask>(p, pk, stream, num_splits, p.batch.max_seq_len);
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("04_split_kv");

@@ -198,13 +198,22 @@ Splits workspace_splits(const AttentionParams& p, int num_splits, int keys_per_s
   return part;
 }
 
-// A split count asked of a launcher that serves any batch (later stages):
-// 0 = automatic, 1..MAX_SPLITS forces the split path, on decode-only batches.
-void check_split_request(const AttentionParams& p, int num_splits) {
-  PA_REQUIRE(num_splits >= 0 && num_splits <= MAX_SPLITS, "num_splits " + std::to_string(num_splits) +
-                                                              " is outside 0 (automatic) .. " +
-                                                              std::to_string(MAX_SPLITS));
-  if (num_splits > 0) require_decode_batch(p);  // names the request that is not a decode
+// The one check of a split count, for every launcher with a split path
+// (stages 04-08), before any launch: 0 = automatic (the stage's plan),
+// 1..MAX_SPLITS forces that many splits and needs a decode-only batch, anything
+// else is refused. Returns whether the batch runs as decodes: forced splits
+// read the actual q_lens when max_query_len is only a loose bound (and name a
+// request that is not a decode); an automatic request trusts the host flags,
+// so a mixed batch pays no read-back, and a decode batch with loose flags runs
+// whole query tiles, which serve any batch.
+bool check_split_request(const AttentionParams& p, int num_splits) {
+  PA_REQUIRE(num_splits >= 0 && num_splits <= MAX_SPLITS,
+             "num_splits " + std::to_string(num_splits) + " is outside 0 (automatic) .. " +
+                 std::to_string(MAX_SPLITS) + ": 0 lets the stage plan, 1.." + std::to_string(MAX_SPLITS) +
+                 " forces that many splits on a decode batch");
+  if (num_splits == 0) return p.batch.decode_only || p.batch.max_query_len <= 1;
+  require_decode_batch(p);
+  return true;
 }
 
 // Throws, before any launch, unless `sp` is a plan this launcher can run over

@@ -613,8 +613,7 @@ static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
 template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, int num_splits,
                          int span_keys, const Adapt& adapt = {}) {
-  stage04::check_split_request(p, num_splits);
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  const bool decode_only = stage04::check_split_request(p, num_splits);
   if (num_splits > 0 || (decode_only && stage04::plan_rule(p, stage04::sm_count(), span_keys).num_splits > 1)) {
     stage04::forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);
     return;
