@@ -13,6 +13,7 @@
 //    force 0 none.
 // 8-bit caches are compared with the oracle on the dequantized cache, as in
 // stage 05.
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 
@@ -416,6 +417,49 @@ TEST(Stage07CostModel, LongPrefixManyMembersCascadesInt8) {
   AttentionParams p = decode_plan_sizes(64, 4000 + 96 + 1);
   p.kv.format = KvFormat::int8;
   EXPECT_EQ(stage07::choose_path(p, 64, 4000, 1, 96, kH200Sms), Path::cascade) << "TODO 4";
+}
+
+// The grid of issue #12 as an H200 measured it (plots/h200/cascade.json, ms_median
+// of 07_cascade and 07_plain in µs; Qwen3-8B shape, block 16, B decodes sharing a
+// P-token prefix, S own positions each): measured facts of that GPU, so the
+// model is asked with num_sms = 132. Where one path is more than 10% slower,
+// the model must pick the other (a wrong pick there breaks the 1.10x bound);
+// overall it must pick the faster path in at least 41 of the 45 cells.
+TEST(Stage07CostModel, PicksTheFasterPathOnTheH200Grid) {
+  struct Cell {
+    int P, B, S;
+    double cascade_us, plain_us;
+  };
+  const Cell cells[] = {
+      {128, 8, 1, 18.5, 15.6}, {128, 8, 128, 26.2, 23.6}, {128, 8, 512, 36.5, 30.2},
+      {128, 64, 1, 20.9, 15.8}, {128, 64, 128, 29.8, 24.1}, {128, 64, 512, 53.5, 48.6},
+      {128, 256, 1, 40.6, 51.7}, {128, 256, 128, 76.9, 82.5}, {128, 256, 512, 169.6, 175.6},
+      {512, 8, 1, 22.1, 26.2}, {512, 8, 128, 28.9, 30.2}, {512, 8, 512, 37.6, 26.3},
+      {512, 64, 1, 25.4, 39.9}, {512, 64, 128, 35.2, 48.1}, {512, 64, 512, 62.5, 71.9},
+      {512, 256, 1, 46.7, 143.7}, {512, 256, 128, 84.0, 172.7}, {512, 256, 512, 175.4, 265.2},
+      {2048, 8, 1, 27.4, 27.0}, {2048, 8, 128, 34.0, 27.0}, {2048, 8, 512, 41.7, 31.0},
+      {2048, 64, 1, 31.5, 130.8}, {2048, 64, 128, 42.5, 137.7}, {2048, 64, 512, 68.6, 161.0},
+      {2048, 256, 1, 74.6, 494.3}, {2048, 256, 128, 109.0, 522.0}, {2048, 256, 512, 204.6, 612.4},
+      {4000, 8, 1, 30.4, 41.1}, {4000, 8, 128, 37.1, 42.2}, {4000, 8, 512, 44.2, 45.1},
+      {4000, 64, 1, 41.3, 241.9}, {4000, 64, 128, 50.4, 249.7}, {4000, 64, 512, 78.2, 272.4},
+      {4000, 256, 1, 108.3, 934.7}, {4000, 256, 128, 146.4, 964.8}, {4000, 256, 512, 238.4, 1057.4},
+      {16384, 8, 1, 49.8, 132.2}, {16384, 8, 128, 55.2, 131.3}, {16384, 8, 512, 62.7, 134.8},
+      {16384, 64, 1, 94.9, 950.7}, {16384, 64, 128, 106.7, 954.9}, {16384, 64, 512, 135.2, 980.8},
+      {16384, 256, 1, 320.9, 3755.2}, {16384, 256, 128, 358.3, 3787.1}, {16384, 256, 512, 460.3, 3878.8},
+  };
+  int right = 0;
+  for (const Cell& c : cells) {
+    const AttentionParams p = decode_plan_sizes(c.B, c.P + c.S + 1);
+    const Path got = stage07::choose_path(p, c.B, c.P, 1, c.S, kH200Sms);
+    const Path faster = c.cascade_us < c.plain_us ? Path::cascade : Path::plain;
+    right += got == faster;
+    const double ratio = std::max(c.cascade_us, c.plain_us) / std::min(c.cascade_us, c.plain_us);
+    if (ratio > 1.10) {
+      EXPECT_EQ(got, faster) << "P " << c.P << ", B " << c.B << ", S " << c.S << ": cascade " << c.cascade_us
+                             << " us, plain " << c.plain_us << " us on the H200 (TODO 4)";
+    }
+  }
+  EXPECT_GE(right, 41) << "the faster path in " << right << " of 45 cells (TODO 4)";
 }
 
 TEST(Stage07CostModel, OneMemberStaysPlain) {

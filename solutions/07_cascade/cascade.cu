@@ -12,6 +12,7 @@
 // choose_path() and forward() (2-3 launches: gather, prefix pass, suffix pass,
 // plus a merge when the suffix pass is split).
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -26,37 +27,102 @@ namespace {
 
 using stage03::Packing;
 
-// The cost model's figures, from an H200 (132 SMs): the read rate of the
-// decode tiles, the MMA rate of a 128-row tile, and the cascade path's fixed
-// cost, fitted on the grid of the stage README (P x B x S): the two extra
-// launches (gather, prefix pass), and what the byte count does not see, the
-// L2 serving a small group's repeated prefix reads on the plain path. Other
-// GPUs scale the rates by their SM count.
-constexpr double H200_READ_BYTES_PER_S = 4.1e12;
-constexpr double H200_TILE_FLOP_PER_S = 2.4e14;
-constexpr double CASCADE_FIXED_S = 16e-6;
+// The cost model's figures, from an H200 (132 SMs), fitted on the grid of the
+// stage README (P x B x S, Qwen3-8B shape, plots/h200/cascade.json: within 5%
+// RMS of both paths' measured times). Each pass of either path costs a launch,
+// its programs' start-up once per wave, and the slowest of three limits: its
+// bytes at the read rate, its FLOPs at the MMA rate, and its longest program's
+// keys at one program's per-key latency. The last one decides small decode
+// batches: 8 requests x 8 KV heads fill at most one wave, so a plain decode takes
+// as long as its longest split, not as long as its bytes. Other GPUs scale the
+// rates by their SM count; the latencies stay.
+constexpr double H200_READ_BYTES_PER_S = 4.6e12;  // the bench's streaming-read probe (4599 GB/s)
+constexpr double H200_TILE_FLOP_PER_S = 2.2e14;   // mma.sync in 128-row tiles, all SMs
+constexpr double DECODE_TILE_KEY_S = 59e-9;       // one key through one 16-row (decode) program
+constexpr double PREFILL_TILE_KEY_S = 21e-9;      // one key through one 128-row program, when rows are few
+constexpr double LAUNCH_S = 2.5e-6;               // one kernel launch: gather, a pass, a merge
+constexpr double PROGRAM_START_S = 5e-6;          // per wave: the Q tile's load and the K/V ring's fill
+constexpr double PREFIX_SPLIT_MERGE_S = 0.4e-6;   // per prefix split: the suffix pass merges them one by one
 constexpr int H200_SMS = 132;
+
+// A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded
+// heads): the 16-row decode tile when they fit it (stage 04 runs 4 per SM),
+// else 128-row tiles (one per SM).
+struct TileShape {
+  int rows, per_sm;
+};
+TileShape tile_shape(int rows) { return rows <= 16 ? TileShape{16, stage04::PROGRAMS_PER_SM} : TileShape{128, 1}; }
+
+// How the prefix pass cuts the prefix: enough splits for one wave of its tiles,
+// in whole 64-key tiles. plan() uses it for the batch (its largest group), and
+// choose_path() for one group, so the model times the launch that will run.
+struct PrefixSplitPlan {
+  TileShape tile;
+  int query_tiles, keys_per_split, num_splits;
+};
+PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tokens, int prefix_len, int num_groups,
+                                  int num_sms) {
+  const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
+  const TileShape tile = tile_shape(group_tokens * group_pad);
+  const int query_tiles = ceil_div(group_tokens * group_pad, tile.rows);
+  const int tiles = query_tiles * p.kv.num_kv_heads * num_groups;
+  const int wanted = std::clamp(tile.per_sm * num_sms / std::max(1, tiles), 1, stage04::MAX_SPLITS);
+  const int keys = std::max(64, ceil_div(ceil_div(prefix_len, wanted), 64) * 64);  // whole 64-key tiles
+  return {tile, query_tiles, keys, ceil_div(prefix_len, keys)};
+}
 
 void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
 
 }  // namespace
 
 Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms) {
-  //@ TODO 4: the cost model: cascade when the prefix re-reads it saves outweigh the prefix pass's MMA work and its fixed cost
+  //@ TODO 4: the cost model: cascade when gather + prefix pass + suffix pass beat the plain pass; each pass = launch + start-up per wave + max(bytes, FLOPs, longest program's keys)
+  if (members < 2 || queries < 1) return Path::plain;  // a group of one reads its prefix once either way
   // K and V of one position, all KV heads: bf16 values, or 1-byte codes and an fp32 scale.
   const double token_bytes = 2.0 * p.kv.num_kv_heads *
                              (is_quantized(p.kv.format) ? p.kv.head_dim + sizeof(float) : 2.0 * p.kv.head_dim);
   const double scale = static_cast<double>(num_sms) / H200_SMS;
   const double read_rate = H200_READ_BYTES_PER_S * scale, flop_rate = H200_TILE_FLOP_PER_S * scale;
-  const double suffix_bytes = static_cast<double>(members) * (suffix_len + queries) * token_bytes;
-  const double plain = (static_cast<double>(members) * prefix_len * token_bytes + suffix_bytes) / read_rate;
-  // The prefix pass: every group query row (padded GQA heads) against every prefix key, Q K^T and P V.
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
-  const double rows = static_cast<double>(members) * queries * group_pad * p.kv.num_kv_heads;
-  const double prefix_flops = 4.0 * rows * prefix_len * p.kv.head_dim;
-  const double prefix_pass = std::max(prefix_len * token_bytes / read_rate, prefix_flops / flop_rate);
-  const double cascade = CASCADE_FIXED_S + prefix_pass + suffix_bytes / read_rate;
-  return members >= 2 && cascade < plain ? Path::cascade : Path::plain;
+  const int hkv = p.kv.num_kv_heads, bs = p.kv.block_size;
+  const double key_flops = 4.0 * hkv * group_pad * p.kv.head_dim;  // Q K^T and P V of one query token and key
+  // One launch: its start-up per wave of programs, then its bytes, its FLOPs or its longest program.
+  auto pass = [&](double programs, int per_sm, double keys, double key_s, double bytes, double flops) {
+    const double waves = std::ceil(programs / (static_cast<double>(per_sm) * num_sms));
+    return LAUNCH_S + waves * PROGRAM_START_S +
+           std::max({bytes / read_rate, flops / flop_rate, waves * keys * key_s});
+  };
+  // Every member's queries over `span` keys of its own, as launch_suffix runs
+  // them: stage 04's split plan for decodes (and its merge kernel when it
+  // splits), else whole query tiles over the whole span.
+  auto own_keys = [&](int span) {
+    const double bytes = static_cast<double>(members) * span * token_bytes;
+    if (queries == 1) {
+      AttentionParams batch = p;
+      batch.batch.num_requests = members;
+      const stage04::SplitPlan sp = stage04::plan_rule(batch, num_sms, span);
+      const double t = pass(static_cast<double>(sp.num_splits) * members * hkv, stage04::PROGRAMS_PER_SM,
+                            static_cast<double>(sp.blocks_per_split) * bs, DECODE_TILE_KEY_S, bytes, 0.0);
+      return sp.num_splits > 1 ? t + LAUNCH_S : t;
+    }
+    const TileShape tile = tile_shape(queries * group_pad);
+    const int query_tiles = ceil_div(queries * group_pad, tile.rows);
+    return pass(static_cast<double>(query_tiles) * members * hkv, tile.per_sm,
+                static_cast<double>(ceil_div(span, bs)) * bs,
+                tile.rows == 16 ? DECODE_TILE_KEY_S : PREFILL_TILE_KEY_S, query_tiles * bytes,
+                key_flops * members * queries * span);
+  };
+  const double plain = own_keys(prefix_len + suffix_len + queries);
+  // The prefix pass: every query tile of the group reads each prefix key once.
+  const PrefixSplitPlan pre = prefix_split_plan(p, members * queries, prefix_len, 1, num_sms);
+  const double prefix_pass =
+      pass(static_cast<double>(pre.num_splits) * pre.query_tiles * hkv, pre.tile.per_sm, pre.keys_per_split,
+           pre.tile.rows == 16 ? DECODE_TILE_KEY_S : PREFILL_TILE_KEY_S,
+           static_cast<double>(pre.query_tiles) * prefix_len * token_bytes,
+           key_flops * members * queries * prefix_len);
+  const double cascade = LAUNCH_S /* the gather */ + prefix_pass + own_keys(suffix_len + queries) +
+                         pre.num_splits * PREFIX_SPLIT_MERGE_S;
+  return cascade < plain ? Path::cascade : Path::plain;
   //@ skeleton
   //@ (void)p, (void)members, (void)prefix_len, (void)queries, (void)suffix_len, (void)num_sms;
   //@ PA_TODO_HOST(4, "07_cascade");
@@ -145,14 +211,9 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   for (int r = 0; r < R; ++r) c.max_own_keys = std::max(c.max_own_keys, meta.seq_lens[r] - suffix_begin[r]);
   // Prefix splits: enough programs for one wave of the prefix pass's tiles.
   if (c.num_groups > 0) {
-    const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
-    const bool decode_tile = c.max_group_tokens * group_pad <= 16;
-    const int rows_per_tile = decode_tile ? 16 : 128, per_sm = decode_tile ? 4 : 1;
-    const int tiles = ceil_div(c.max_group_tokens * group_pad, rows_per_tile) * p.kv.num_kv_heads * c.num_groups;
-    const int wanted = std::clamp(per_sm * num_sms / std::max(1, tiles), 1, stage04::MAX_SPLITS);
-    const int keys = std::max(64, ceil_div(ceil_div(c.max_prefix_len, wanted), 64) * 64);  // whole 64-key tiles
-    c.prefix_keys_per_split = keys;
-    c.num_prefix_splits = ceil_div(c.max_prefix_len, keys);
+    const PrefixSplitPlan pre = prefix_split_plan(p, c.max_group_tokens, c.max_prefix_len, c.num_groups, num_sms);
+    c.prefix_keys_per_split = pre.keys_per_split;
+    c.num_prefix_splits = pre.num_splits;
     const size_t part_rows = static_cast<size_t>(c.num_prefix_splits) * c.num_tokens * p.num_q_heads;
     c.part_o.resize(part_rows * p.kv.head_dim);
     c.part_lse.resize(part_rows);
