@@ -21,6 +21,7 @@
 #include "common/todo.cuh"
 #include "quantized_kv.cuh"
 #include "quantized_tile.cuh"
+#include "solutions/04_split_kv/split_kv_warps.cuh"
 
 namespace pa::stage05 {
 namespace {
@@ -135,7 +136,7 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
       run_splits_or_tiles<QuantizedTiles<KvFormat::fp8_e4m3>, Causal>(p, pk, stream, num_splits, span);
       break;
     case KvFormat::bf16:  // the baseline, same dispatch
-      run_splits_or_tiles<stage03::Bf16Tiles, Causal>(p, pk, stream, num_splits, span);
+      run_splits_or_tiles<stage04::Bf16SplitTiles, Causal>(p, pk, stream, num_splits, span);
       break;
   }
   clear_padding_rows(p, stream);

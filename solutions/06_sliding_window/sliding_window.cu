@@ -23,6 +23,7 @@
 // Stage 06 builds on the reference solutions of stages 03-05.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/04_split_kv/split_kv_warps.cuh"
 #include "solutions/05_quantized_kv/quantized_tile.cuh"
 #include "sliding_window.cuh"
 
@@ -59,7 +60,7 @@ void forward(const AttentionParams& p_in, cudaStream_t stream, int num_splits) {
   using stage05::run_splits_or_tiles;
   switch (p.kv.format) {
     case KvFormat::bf16:
-      run_splits_or_tiles<stage03::Bf16Tiles, SlidingWindow>(p, pk, stream, num_splits, span);
+      run_splits_or_tiles<stage04::Bf16SplitTiles, SlidingWindow>(p, pk, stream, num_splits, span);
       break;
     case KvFormat::int8:
       run_splits_or_tiles<stage05::QuantizedTiles<KvFormat::int8>, SlidingWindow>(p, pk, stream, num_splits, span);

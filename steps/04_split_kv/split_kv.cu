@@ -10,6 +10,7 @@
 #include "common/stages.h"
 #include "common/todo.cuh"
 #include "split_kv.cuh"
+#include "split_kv_warps.cuh"
 
 namespace pa::stage04 {
 
@@ -29,7 +30,7 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   const stage03::Packing pk = stage03::checked_packing(p, "04");
   // This stage serves decodes only, so an automatic request on loose flags reads the q_lens too.
   if (!check_split_request(p, num_splits)) require_decode_batch(p);
-  forward_splits<stage03::Bf16Tiles, stage03::CausalMask>(p, pk, stream, num_splits, p.batch.max_seq_len);
+  forward_splits<Bf16SplitTiles, stage03::CausalMask>(p, pk, stream, num_splits, p.batch.max_seq_len);
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("04_split_kv");
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cascade.cuh"
+#include "solutions/04_split_kv/split_kv_warps.cuh"
 #include "common/batch_ops.h"
 #include "common/quant.cuh"
 #include "common/stages.h"
@@ -192,7 +193,7 @@ void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream) {
   // Split decodes cut the keys of the suffix pass: each request's own keys.
   const int span = std::max(1, c.max_own_keys);
   switch (p.kv.format) {
-    case KvFormat::bf16: forward_with<stage03::Bf16Tiles>(p, pk, c, span, stream); break;
+    case KvFormat::bf16: forward_with<stage04::Bf16SplitTiles>(p, pk, c, span, stream); break;
     case KvFormat::int8: forward_with<stage05::QuantizedTiles<KvFormat::int8>>(p, pk, c, span, stream); break;
     case KvFormat::fp8_e4m3: forward_with<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(p, pk, c, span, stream); break;
   }

@@ -9,6 +9,7 @@
 #include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
+#include "solutions/04_split_kv/split_kv_warps.cuh"
 #include "solutions/05_quantized_kv/quantized_tile.cuh"
 #include "solutions/07_cascade/cascade.cuh"
 
@@ -77,7 +78,7 @@ void with_format_and_sinks(const AttentionParams& p, F&& f) {
     }
   };
   switch (p.kv.format) {
-    case KvFormat::bf16: with_adapt.template operator()<stage03::Bf16Tiles>(); break;
+    case KvFormat::bf16: with_adapt.template operator()<stage04::Bf16SplitTiles>(); break;
     case KvFormat::int8: with_adapt.template operator()<stage05::QuantizedTiles<KvFormat::int8>>(); break;
     case KvFormat::fp8_e4m3: with_adapt.template operator()<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(); break;
   }
