@@ -2,6 +2,7 @@
 // test_05_quantized_kv: the learner's stage05::write_kv).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -50,6 +51,30 @@ inline void expect_codes_match_host(const Problem& p, const DeviceBatch& db, con
     ASSERT_EQ(bits(k_scale[row]), bits(p.k_scale[row])) << "row " << row << " was not this step's to write";
     ASSERT_EQ(0, std::memcmp(&k_codes[row * D], &p.k_codes[row * D], D)) << "row " << row;
     ASSERT_EQ(0, std::memcmp(&v_codes[row * D], &p.v_codes[row * D], D)) << "row " << row;
+  }
+}
+
+// Multiplies K (values = false) or V by `factor`, in every channel or only in
+// `channel` (>= 0): this step's tokens and the cached history (its full-precision
+// values, then its codes and scales re-quantized with the host rule). Unused
+// slots keep their poison (NaN scales). The oracle and the kernels both see the
+// scaled problem.
+inline void scale_kv(Problem& p, bool values, float factor, int channel = -1) {
+  const size_t D = static_cast<size_t>(p.cfg.head_dim);
+  auto scaled = [&](std::vector<bf16>& x, size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (channel < 0 || i % D == static_cast<size_t>(channel)) x[i] = __float2bfloat16(__bfloat162float(x[i]) * factor);
+    }
+  };
+  std::vector<bf16>& fresh = values ? p.v_new : p.k_new;
+  scaled(fresh, 0, fresh.size());
+  std::vector<bf16>& cache = values ? p.v_cache : p.k_cache;
+  std::vector<uint8_t>& codes = values ? p.v_codes : p.k_codes;
+  std::vector<float>& scale = values ? p.v_scale : p.k_scale;
+  for (size_t row = 0; row < scale.size(); ++row) {
+    if (std::isnan(scale[row])) continue;  // a slot no request has written
+    scaled(cache, row * D, (row + 1) * D);
+    scale[row] = quantize_row(p.cfg.kv_format, &cache[row * D], static_cast<int>(D), &codes[row * D]);
   }
 }
 

@@ -218,6 +218,120 @@ TEST(Stage05, QueriesOutsideFp16Range) {
   }
 }
 
+// ---- K and V at any magnitude (issue #14) ----------------------------------------
+// The 8-bit cache's scales are fp32, so V may be 1e-30 or 1e30 and the output
+// must keep its precision relative to V's magnitude: the kernel feeds P's MMA
+// p * v_scale / u with u its largest v scale so far (fp16 would flush
+// p * v_scale to zero below ~6e-8 and overflow above 65504), and K's operands
+// carry no bias (an int8 bias of 1152 in the scores cost the lse ~2^-24 * 1152
+// * sum|q| * k_scale, far above its tolerance with large keys).
+//
+// The tolerance table is absolute near 0 (atol 2^-8, one bf16 ulp of a value
+// of magnitude 1, the size of the builder's V ~ N(0, 1)): with V scaled by f
+// the same rule, relative to V's magnitude, compares out / f with the oracle's
+// out / f (each run on the scaled problem; compare.h's table has no per-call
+// scale, and dividing keeps its rule as it is). The lse does not depend on V, and
+// scaling K changes the softmax itself: those are checked as they are.
+struct ScaleCase {
+  std::string name;
+  KvFormat format;
+  bool values;  // V scaled (else K)
+  float factor;
+  int channel;  // -1: every channel; else only this one (an outlier channel)
+  int head_dim;
+  std::vector<RequestShape> requests;
+  int num_splits;
+};
+void PrintTo(const ScaleCase& c, std::ostream* os) { *os << c.name; }
+
+class Stage05Magnitude : public testing::TestWithParam<ScaleCase> {};
+
+TEST_P(Stage05Magnitude, MatchesOracleRelativeToMagnitude) {
+  const ScaleCase& c = GetParam();
+  const AttentionConfig cfg = qconfig(c.format, 8, 2, c.head_dim, 16);
+  Problem p = make_problem(cfg, c.requests);
+  scale_kv(p, c.values, c.factor, c.channel);
+  DeviceBatch db(p);
+  stage05::forward(db.params(), nullptr, c.num_splits);
+  OracleResult want = reference_attention(p);
+  std::vector<float> out = db.out_host();
+  const std::vector<float> lse = db.lse_host();
+  if (c.values) {
+    const size_t D = static_cast<size_t>(c.head_dim);
+    std::vector<double> unit(D, c.factor);  // [dim]
+    if (c.channel >= 0) {
+      // An outlier V channel: each dim's unit is its own magnitude in the
+      // cache (dim d's error is the weights' rounding times dim d's values),
+      // the largest |v| of that dim over all keys, but never below the cache's
+      // quantization step of the largest row, max|v| / 127: int8 collapses the
+      // other channels to multiples of that step, and the rounding of the
+      // int8 bias in o is relative to it too.
+      std::fill(unit.begin(), unit.end(), 0.0);
+      double max_all = 0.0;
+      for (int r = 0; r < p.meta.num_requests(); ++r) {
+        const std::vector<float> v = logical_kv(p, r, true);  // [seq_len, Hkv, D] as the kernels read it
+        for (size_t i = 0; i < v.size(); ++i) unit[i % D] = std::max(unit[i % D], std::fabs(static_cast<double>(v[i])));
+      }
+      for (double u : unit) max_all = std::max(max_all, u);
+      for (double& u : unit) u = std::max(u, max_all / 127.0);
+    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(out[i] / unit[i % D]);
+    for (size_t i = 0; i < want.out.size(); ++i) want.out[i] /= unit[i % D];
+  }
+  const AttentionCheck a = check_attention(p, want, out, &lse);
+  EXPECT_TRUE(a.out.ok) << c.name << (c.values ? ": out / factor against the oracle's" : ": out") << "\n"
+                        << a.out.report;
+  ASSERT_TRUE(a.lse.has_value());
+  EXPECT_TRUE(a.lse->ok) << c.name << ": lse\n" << a.lse->report;
+}
+
+struct Factor {
+  float value;
+  const char* name;
+};
+
+std::vector<ScaleCase> magnitude_cases() {
+  struct Path {
+    const char* name;
+    int head_dim;
+    std::vector<RequestShape> requests;
+    int num_splits;
+  };
+  const std::vector<Path> paths = {
+      {"DecodeTile", 128, ragged_decodes(), 1},      // one program per request, 2 KV warps merged
+      {"DecodeSplits3", 128, ragged_decodes(), 3},   // stage 04's splits and merge
+      {"DecodeTile_D256", 256, ragged_decodes(), 1}, // Q in shared memory, 16-key warps
+      {"PrefillTile", 128, milestone_requests(), kAuto},  // the 128-row tile (and decodes in a mixed batch)
+  };
+  std::vector<ScaleCase> cases;
+  for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+    const std::string fn = f == KvFormat::int8 ? "Int8_" : "Fp8_";
+    for (const Path& path : paths) {
+      for (Factor x : {Factor{1e-3f, "1em3"}, {1e-4f, "1em4"}, {1e-6f, "1em6"}, {1e-20f, "1em20"},
+                       {1e-30f, "1em30"}, {1e4f, "1e4"}, {1e6f, "1e6"}, {1e30f, "1e30"}}) {
+        cases.push_back({fn + "V_x" + x.name + "_" + path.name, f, true, x.value, -1, path.head_dim, path.requests,
+                         path.num_splits});
+      }
+      for (Factor x : {Factor{1e-20f, "1em20"}, {1e-6f, "1em6"}, {1e4f, "1e4"}, {1e6f, "1e6"}}) {
+        cases.push_back({fn + "K_x" + x.name + "_" + path.name, f, false, x.value, -1, path.head_dim, path.requests,
+                         path.num_splits});
+      }
+      // One key channel far above the others: its codes carry the scores, the
+      // others collapse to a few codes.
+      for (Factor x : {Factor{100.0f, "100"}, {1e4f, "1e4"}}) {
+        cases.push_back({fn + "K_Channel5_x" + x.name + "_" + path.name, f, false, x.value, 5, path.head_dim,
+                         path.requests, path.num_splits});
+      }
+      cases.push_back({fn + "V_Channel5_x1e4_" + std::string(path.name), f, true, 1e4f, 5, path.head_dim,
+                       path.requests, path.num_splits});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue14, Stage05Magnitude, testing::ValuesIn(magnitude_cases()),
+                         [](const testing::TestParamInfo<ScaleCase>& info) { return info.param.name; });
+
 // All-zero rows (scale 0, codes 0) and an outlier channel (the other channels'
 // codes collapse) through the write path and the kernel.
 TEST(Stage05WritePath, ZeroRowsAndOutlierChannel) {

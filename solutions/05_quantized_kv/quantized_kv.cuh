@@ -6,21 +6,26 @@
 // (16-byte loads) into registers and turns them into fp16 MMA operands
 // (common/quant.cuh's decode4_half2 and decode_pair_half); the per-key fp32
 // scales are applied in fp32 to S, and to P before it becomes an operand:
-//     S[:, j] = (Q . codes_k[j]) * k_scale[j]        (scale_scores; Q in fp16, scaled: see the kernel)
-//     O      += sum_j (p_j * v_scale[j]) codes_v[j]   (weights_fragment: P's MMA operand)
+//     S[:, j] = (Q . codes_k[j]) * k_scale[j]                (scale_scores; Q in fp16, scaled: see the kernel)
+//     O      += sum_j (p_j * v_scale[j] / u) codes_v[j]      (weights_fragment: P's MMA operand; O in units of u)
 // Every int8 code and every e4m3 value is exact in fp16 (integers below 2048;
 // 4-bit mantissas with exponents -9..8), so the kernel matches the oracle on the
-// dequantized cache as tightly as stage 03 matches a bf16 cache. (int8 operands
-// are code + 1152, also exact; the kernel takes the 1152 off in fp32.)
+// dequantized cache as tightly as stage 03 matches a bf16 cache. (int8 V
+// operands are code + 1152, also exact; the kernel takes the 1152 off in fp32.
+// int8 K operands are the codes themselves: see k_fragment.)
 //
 // Why fp16 operands: the codes are exact in fp16, and they become fp16 more
 // cheaply than bf16 (an e4m3 pair is one hardware conversion). Q is bf16, so
 // the kernel scales it by a power of two into fp16's range once per program.
-// P V needs p_j * v_scale_j as the MMA's A operand, one rounding the bf16 path
-// does not have (its p_j = 1 of a lone key is exact); in fp16 (11 significant
-// bits) it costs at most 2^-12 of a value, below the output's own bf16
-// rounding. p_j * v_scale_j <= v_scale must stay below fp16's 65504:
-// |v| < 8.3e6 (int8), 2.9e7 (e4m3).
+// P V needs the weight times its key's v scale as the MMA's A operand, one
+// rounding the bf16 path does not have (its p_j = 1 of a lone key is exact); in
+// fp16 (11 significant bits) it costs at most 2^-12 of a value, below the
+// output's own bf16 rounding. The v scales are fp32 and may be anything from
+// 1e-38 to 1e38, far outside fp16's range (6e-8 .. 65504), so the weights are
+// taken relative to a unit: the kernel passes v_mul = 2^15 / u, u the largest v
+// scale its warp has seen, and p_j * v_scale_j * v_mul <= 2^15 fits fp16 with
+// the keys that matter (v_scale_j / u > 2^-29) in its normal range; O is kept
+// in units of u * 2^-15 and converted back at the end.
 //
 // The code tiles are read in an order of our choosing. Both MMAs sum over an
 // index whose order is free, as long as both operands agree on it:
@@ -79,22 +84,44 @@ __device__ __forceinline__ int v_code_offset(int row, int chunk) {
   return row * HEAD_DIM + 16 * (chunk ^ x);
 }
 
+// An fp16 pair of operands (OPERAND_BIAS<int8> + code) -> the codes, exactly:
+// one fp16 subtraction of 1152 (0x6480) from both halves.
+__device__ __forceinline__ uint32_t minus_bias(uint32_t pair) {
+#if defined(__CUDA_ARCH__)
+  uint32_t x;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(x) : "r"(pair), "r"(0x64806480u));
+  return x;
+#else
+  const float lo = __half2float(__ushort_as_half(static_cast<unsigned short>(pair & 0xFFFFu)));
+  const float hi = __half2float(__ushort_as_half(static_cast<unsigned short>(pair >> 16)));
+  return static_cast<uint32_t>(half_bits(lo - OPERAND_BIAS<KvFormat::int8>)) |
+         (static_cast<uint32_t>(half_bits(hi - OPERAND_BIAS<KvFormat::int8>)) << 16);
+#endif
+}
+
 // The operands of an 8-bit cache of format F.
 template <KvFormat F>
 struct QuantizedKv {
   static_assert(F == KvFormat::int8 || F == KvFormat::fp8_e4m3, "8-bit formats only");
   static constexpr KvFormat FORMAT = F;
-  // What every operand carries on top of its code's value (common/quant.cuh):
-  // 1152 for int8, 0 for e4m3. The kernel takes it off in fp32.
-  static constexpr float BIAS = OPERAND_BIAS<F>;
+  // What every V operand carries on top of its code's value (common/quant.cuh):
+  // 1152 for int8, 0 for e4m3. The kernel takes it off in fp32 (OperandBias).
+  // K operands carry none (k_fragment).
+  static constexpr float V_BIAS = OPERAND_BIAS<F>;
 
   // K: one word of 4 codes of one key (code 0 in the low byte) -> the B
   // fragment of one k-step: kb[0] = values 0, 1 and kb[1] = values 2, 3 as
   // fp16 pairs (the kernel orders Q's dims so that 4 consecutive codes are one
-  // k-step's b0, b1).
+  // k-step's b0, b1). The codes' values exactly, without the bias: with it, the
+  // MMA would sum q * (1152 + code) in fp32 and the scores would lose
+  // 2^-24 * 1152 * sum|q| * k_scale to rounding (of |q . k| ~ sum|q| * k_scale
+  // * typical |code|), too much for the lse with large keys or an outlier
+  // channel (whose other codes collapse to a few units). One fp16 subtraction
+  // per pair (minus_bias) keeps them exact.
   __device__ __forceinline__ static void k_fragment(uint32_t word, uint32_t (&kb)[2]) {
-    //@ TODO 3: a word of 4 K codes -> two exact fp16 pairs, without scales (common/quant.cuh's decode4_half2: byte permutes, no per-element conversion)
+    //@ TODO 3: a word of 4 K codes -> two exact fp16 pairs of the codes' values, without scales or bias (common/quant.cuh's decode4_half2: byte permutes, no per-element conversion, then minus_bias below for int8)
     decode4_half2<F>(word, kb);
+    if constexpr (OPERAND_BIAS<F> != 0.0f) kb[0] = minus_bias(kb[0]), kb[1] = minus_bias(kb[1]);
     //@ skeleton
     //@ (void)word;
     //@ kb[0] = kb[1] = 0;  // placeholder: K = 0
@@ -140,18 +167,21 @@ struct QuantizedKv {
 
   // P's A fragment for keys 16kk..16kk+15 (k = 2t4, 2t4+1 from tile 2kk,
   // k = 2t4+8, 2t4+9 from tile 2kk + 1, as in stage 03's TODO 5), each weight
-  // times its key's v scale, packed as fp16. v_scale: [WARP_K].
+  // times its key's v scale and v_mul (2^15 / the warp's unit u, so that every
+  // product is at most 2^15 whatever the scales' magnitude), packed as fp16.
+  // v_scale: [WARP_K].
   template <int S_TILES>
   __device__ __forceinline__ static void weights_fragment(const float (&s)[S_TILES][4], int kk, const float* v_scale,
-                                                          int t4, uint32_t (&pa)[4]) {
-    //@ TODO 6: P's A fragment for keys 16kk..16kk+15: each weight times its key's v scale (in fp32), packed as fp16 pairs
-    const float4 vs = *reinterpret_cast<const float4*>(v_scale + 16 * kk + 4 * t4);  // keys 16kk + 4t4 + 0..3
+                                                          float v_mul, int t4, uint32_t (&pa)[4]) {
+    //@ TODO 6: P's A fragment for keys 16kk..16kk+15: each weight times its key's v scale and v_mul (in fp32), packed as fp16 pairs
+    float4 vs = *reinterpret_cast<const float4*>(v_scale + 16 * kk + 4 * t4);  // keys 16kk + 4t4 + 0..3
+    vs.x *= v_mul, vs.y *= v_mul, vs.z *= v_mul, vs.w *= v_mul;
     pa[0] = pack_half2(s[2 * kk][0] * vs.x, s[2 * kk][1] * vs.y);  // row g
     pa[1] = pack_half2(s[2 * kk][2] * vs.x, s[2 * kk][3] * vs.y);  // row g + 8
     pa[2] = pack_half2(s[2 * kk + 1][0] * vs.z, s[2 * kk + 1][1] * vs.w);
     pa[3] = pack_half2(s[2 * kk + 1][2] * vs.z, s[2 * kk + 1][3] * vs.w);
     //@ skeleton
-    //@ (void)s, (void)kk, (void)v_scale, (void)t4;
+    //@ (void)s, (void)kk, (void)v_scale, (void)v_mul, (void)t4;
     //@ pa[0] = pa[1] = pa[2] = pa[3] = 0;  // placeholder: P = 0
     //@ if (threadIdx.x == 0) PA_TODO(6);
     //@ end

@@ -6,7 +6,9 @@
 //  - Q is scaled into fp16's range once (QuantQ), since the codes become fp16
 //    operands (quantized_kv.cuh);
 //  - S and P V run on fp16 MMAs from codes read straight into registers;
-//  - int8 operands carry a bias of 1152, taken off in fp32 (OperandBias);
+//  - P's operands and O are kept in units of the largest v scale seen
+//    (ValueUnit), so V may have any magnitude fp32 scales hold;
+//  - int8 V operands carry a bias of 1152, taken off in fp32 (OperandBias);
 //  - the output's dims come back in order, and the KV warps of a decode tile
 //    merge their states, through shared memory at the end (finish_rows).
 #pragma once
@@ -50,9 +52,10 @@ struct CodeLayout {
   static constexpr int CODE_CHUNKS = T::HEAD_DIM / 16;  // 16-byte chunks of a row of codes
   // The merge of the KV warps' states (and the output's dims put back in order)
   // reuses the shared memory once the key loop is done: fp32 o of every warp's
-  // 16 rows, rows padded by 8 floats against bank conflicts, then m and l.
+  // 16 rows, rows padded by 8 floats against bank conflicts, then m and l, then
+  // each warp's value unit.
   static constexpr int O_STRIDE = T::HEAD_DIM + 8;
-  static constexpr size_t MERGE_BYTES = sizeof(float) * T::NUM_WARPS * 16 * (O_STRIDE + 2);
+  static constexpr size_t MERGE_BYTES = sizeof(float) * T::NUM_WARPS * (16 * (O_STRIDE + 2) + 1);
   // Q and the ring of K and V code tiles with their per-key scales.
   static constexpr size_t SMEM_BYTES =
       std::max(sizeof(bf16) * T::Q_ELEMS + 2 * T::STAGES * (T::KV_ELEMS + sizeof(float) * T::TILE_K), MERGE_BYTES);
@@ -297,35 +300,23 @@ struct QuantQ {
   }
 };
 
-// Operands with a bias (int8 codes become 1152 + code) add bias * sum_d q[row][d]
-// to every score and bias * sum_j p[row][j] to every output dim. Both are taken
-// off with the tensor cores, against an operand that is the bias everywhere: the
-// first once, by starting each tile's score accumulators at -bias * sum(q)
-// (q_bias, rows g and g + 8); the second with one more MMA per 16 keys into
-// p_bias, rescaled with o and subtracted at the end. Every product is exact in
-// fp32, and the subtractions cost a few bits of o's fp32 accumulators
-// (|bias * sum(p)| <= 1152 / 127 * l * v_max), far below bf16's. For e4m3
-// (bias 0) all of it compiles away.
+// V operands with a bias (int8 codes become 1152 + code) add bias * sum_j p[row][j]
+// to every output dim. It is taken off with the tensor cores: one more MMA per
+// 16 keys, of P against an operand that is the bias everywhere, into p_bias,
+// rescaled with o and subtracted at the end. Every product is exact in fp32, and
+// the subtraction costs a few bits of o's fp32 accumulators (|bias * sum(p)| <=
+// 1152 / 127 * l * max|v| in o's units), far below bf16's. For e4m3 (bias 0) all
+// of it compiles away. (K operands carry no bias: quantized_kv.cuh's k_fragment.)
 template <class Kv>
 struct OperandBias {
-  static constexpr float BIAS = Kv::BIAS;
-  float q_bias[2] = {0.0f, 0.0f};
+  static constexpr float BIAS = Kv::V_BIAS;
   float p_bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // [c0..c3] of an MMA whose columns all hold bias * sum(p)
   uint32_t bias_b[2] = {0u, 0u};               // B fragment with every element fp16(BIAS)
 
-  template <class QuantQT>
-  __device__ __forceinline__ void init(const QuantQT& q) {
+  __device__ __forceinline__ void init() {
     if constexpr (BIAS != 0.0f) {
       const uint32_t h = half_bits(BIAS);
       bias_b[0] = bias_b[1] = h | (h << 16);
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int ks = 0; ks < QuantQT::K_STEPS; ++ks) {
-        uint32_t qa[4];
-        q.fragment(qa, ks);
-        mma_m16n8k16_f16(acc, qa, bias_b, acc);
-      }
-      q_bias[0] = acc[0], q_bias[1] = acc[2];
     }
   }
   __device__ __forceinline__ void rescale(const float (&alpha)[2]) {
@@ -333,6 +324,9 @@ struct OperandBias {
       p_bias[0] *= alpha[0], p_bias[1] *= alpha[0];
       p_bias[2] *= alpha[1], p_bias[3] *= alpha[1];
     }
+  }
+  __device__ __forceinline__ void rescale(float r) {
+    if constexpr (BIAS != 0.0f) p_bias[0] *= r, p_bias[1] *= r, p_bias[2] *= r, p_bias[3] *= r;
   }
   __device__ __forceinline__ void add_weights(const uint32_t (&pv)[4]) {
     if constexpr (BIAS != 0.0f) mma_m16n8k16_f16(p_bias, pv, bias_b, p_bias);
@@ -345,6 +339,46 @@ struct OperandBias {
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[j][e] -= p_bias[e];
       }
+    }
+  }
+};
+
+// The unit of a warp's P operands and o: u, the largest v scale of the keys it
+// has read so far, like the softmax's running max. P's operand for key j is
+// p_j * v_scale_j * v_mul with v_mul = 2^15 / u, at most 2^15 (p_j <= 1), so it
+// never overflows fp16, and a key's product leaves fp16's normal range only
+// below 2^-29 of the largest weighted value: the output keeps its precision
+// relative to V's magnitude, whatever that is (fp32 scales: 1e-38 .. 1e38).
+// o (and the bias sum) is in units of u * 2^-15; when a tile raises u, both are
+// multiplied by u_old / u_new (rare past the first tiles, like the softmax's
+// alpha). u is the same on every lane: the max runs over the warp's keys.
+template <int S_TILES>
+struct ValueUnit {
+  float u = 0.0f;      // the largest v scale so far (0: none yet, or only zero rows)
+  float v_mul = 0.0f;  // 2^15 / u (0 while u is 0)
+
+  // v_scale: [WARP_K] the scales of the warp's keys of this tile (0 past the
+  // end); this lane reads keys 16kk + 4t4 + 0..3, its quad the rest. A NaN
+  // scale is left out of u (fmaxf) and still poisons its key's weight.
+  template <int O_TILES, class Bias>
+  __device__ __forceinline__ void raise(const float* v_scale, int t4, float (&o)[O_TILES][4], Bias& bias) {
+    float m = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < S_TILES / 2; ++kk) {
+      const float4 vs = *reinterpret_cast<const float4*>(v_scale + 16 * kk + 4 * t4);
+      m = fmaxf(m, fmaxf(fmaxf(vs.x, vs.y), fmaxf(vs.z, vs.w)));
+    }
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    if (m > u) {  // (warp-uniform)
+      if (u > 0.0f) {
+        const float r = u / m;
+#pragma unroll
+        for (int j = 0; j < O_TILES; ++j) o[j][0] *= r, o[j][1] *= r, o[j][2] *= r, o[j][3] *= r;
+        bias.rescale(r);
+      }
+      u = m;
+      v_mul = 32768.0f / m;
     }
   }
 };
@@ -386,13 +420,11 @@ struct LaneOffsets {
 // to interleave.
 template <class Kv, class QuantQT, int HEAD_DIM, int S_TILES>
 __device__ __forceinline__ void scores_8bit(float (&s)[S_TILES][4], const uint8_t* k_codes, const float* k_scale,
-                                            const QuantQT& q, const float (&q_bias)[2],
-                                            const LaneOffsets<HEAD_DIM, S_TILES>& off, int t4) {
+                                            const QuantQT& q, const LaneOffsets<HEAD_DIM, S_TILES>& off, int t4) {
   float s_odd[S_TILES][4];
 #pragma unroll
   for (int j = 0; j < S_TILES; ++j) {
-    s[j][0] = s[j][1] = -q_bias[0];
-    s[j][2] = s[j][3] = -q_bias[1];
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
   }
 #pragma unroll
@@ -424,17 +456,18 @@ __device__ __forceinline__ void scores_8bit(float (&s)[S_TILES][4], const uint8_
 }
 
 // O += P V for one warp's keys of a code tile (v_codes: the warp's first key
-// row; v_scale: their scales), P = the weights in S. O's n-tile i, column g
-// is dim V_LANE_BYTES g + i (put back in order by finish_rows).
+// row; v_scale: their scales), P = the weights in S, O in units of 2^15 /
+// v_mul (ValueUnit). O's n-tile i, column g is dim V_LANE_BYTES g + i (put
+// back in order by finish_rows).
 template <class Kv, class Bias, int HEAD_DIM, int S_TILES, int O_TILES>
 __device__ __forceinline__ void accumulate_pv_8bit(float (&o)[O_TILES][4], const float (&s)[S_TILES][4],
-                                                   const uint8_t* v_codes, const float* v_scale, Bias& bias,
-                                                   const LaneOffsets<HEAD_DIM, S_TILES>& off, int t4) {
+                                                   const uint8_t* v_codes, const float* v_scale, float v_mul,
+                                                   Bias& bias, const LaneOffsets<HEAD_DIM, S_TILES>& off, int t4) {
   using Off = LaneOffsets<HEAD_DIM, S_TILES>;
 #pragma unroll
   for (int kk = 0; kk < S_TILES / 2; ++kk) {
     uint32_t pv[4];
-    Kv::weights_fragment(s, kk, v_scale, t4, pv);
+    Kv::weights_fragment(s, kk, v_scale, v_mul, t4, pv);
     bias.add_weights(pv);
     // This lane's bytes of V rows 16kk + 4t4 + e (e = 0..3), V_PIECE bytes per row at a time.
     const uint8_t* v16 = v_codes + 16 * kk * HEAD_DIM;  // [16, HEAD_DIM]
@@ -470,15 +503,18 @@ __device__ __forceinline__ void accumulate_pv_8bit(float (&o)[O_TILES][4], const
 // After the key loop (every warp past its last tile, so the ring and Q are
 // free): each warp writes its state to shared memory with o in dim order, then
 // the first KV warp of each row warp merges its row warp's KV_WARPS states with
-// the shared state's merge. Returns false for the warps that are done.
+// the shared state's merge, each o first moved from its warp's value unit to
+// the largest of them (a factor <= 1), which becomes v_unit. Returns false for
+// the warps that are done.
 template <class T, int O_TILES>
-__device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, int warp, int kv_warp, int lane) {
+__device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, float& v_unit, int warp, int kv_warp, int lane) {
   constexpr int O_STRIDE = CodeLayout<T>::O_STRIDE;
   const int g = lane / 4, t4 = lane % 4;
   __syncthreads();
   float* o_s = dynamic_smem<float>();            // [NUM_WARPS, 16, O_STRIDE]
   float* m_s = o_s + T::NUM_WARPS * 16 * O_STRIDE;  // [NUM_WARPS, 16]
   float* l_s = m_s + T::NUM_WARPS * 16;             // [NUM_WARPS, 16]
+  float* u_s = l_s + T::NUM_WARPS * 16;             // [NUM_WARPS]
 #pragma unroll
   for (int j = 0; j < O_TILES; ++j) {
 #pragma unroll
@@ -491,14 +527,27 @@ __device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, int warp, 
     m_s[warp * 16 + g] = sm.m[0], m_s[warp * 16 + g + 8] = sm.m[1];
     l_s[warp * 16 + g] = sm.l[0], l_s[warp * 16 + g + 8] = sm.l[1];
   }
+  if (lane == 0) u_s[warp] = v_unit;
   __syncthreads();
   if (kv_warp != 0) return false;  // no barrier follows
+  float unit_of[T::KV_WARPS];  // [kw]: that warp's o -> units of v_unit
+  if constexpr (T::KV_WARPS == 1) {
+    unit_of[0] = 1.0f;
+  } else {
+    v_unit = 0.0f;
+#pragma unroll
+    for (int kw = 0; kw < T::KV_WARPS; ++kw) v_unit = fmaxf(v_unit, u_s[warp + kw]);
+    // A warp with u 0 has o 0 (or NaN from a NaN scale, which stays NaN).
+#pragma unroll
+    for (int kw = 0; kw < T::KV_WARPS; ++kw) unit_of[kw] = v_unit > 0.0f ? u_s[warp + kw] / v_unit : 0.0f;
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = g + 8 * i;
+#pragma unroll
     for (int kw = 0; kw < T::KV_WARPS; ++kw) {
       const int wr = (warp + kw) * 16 + row;  // that warp's state of this row
-      auto o_at = [&](int j, int h) { return o_s[wr * O_STRIDE + 8 * j + 2 * t4 + h]; };
+      auto o_at = [&](int j, int h) { return o_s[wr * O_STRIDE + 8 * j + 2 * t4 + h] * unit_of[kw]; };
       if (kw == 0) {
         sm.m[i] = m_s[wr], sm.l[i] = l_s[wr];
 #pragma unroll
@@ -509,6 +558,29 @@ __device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, int warp, 
     }
   }
   return true;
+}
+
+// Row i of o, in units of v_unit * 2^-15 and not yet divided by l, -> the
+// output divided by the returned factor, for the Slice's store (which
+// multiplies by it): with v_unit = f * 2^e, f in [1, 2), o * (1 / l) * 2^(e - 15),
+// then f. Each product stays within fp32's range wherever the output does, for
+// any v_unit fp32 holds (a single factor v_unit * 2^-15 / l would leave fp32's
+// normal range for v_unit below ~1e-33).
+template <int O_TILES>
+__device__ __forceinline__ float to_output_units(FragSoftmax<O_TILES>& sm, int i, float v_unit) {
+  int e = 0;
+  float f = v_unit;  // 0 (no V, or only zero rows), inf or NaN: taken as it is
+  if (v_unit > 0.0f && v_unit <= 3.4e38f) {
+    e = max(ilogbf(v_unit), -126);
+    f = ldexpf(v_unit, -e);
+  }
+  const float inv_l = sm.inv_l(i), pow2 = ldexpf(1.0f, e - 15);
+#pragma unroll
+  for (int j = 0; j < O_TILES; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sm.o[j][2 * i + h] = sm.o[j][2 * i + h] * inv_l * pow2;
+  }
+  return f;
 }
 
 // Grid and Slice / Mask policies as stage 03's gqa_packing_kernel.
@@ -543,7 +615,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   QuantQ<T> q;
   q.prepare(q_s, row_warp, kv_warp, lane);
   OperandBias<Kv> bias;
-  bias.init(q);
+  bias.init();
+  ValueUnit<S_TILES> unit;
   const LaneOffsets<HEAD_DIM, S_TILES> off(lane);
   FragSoftmax<O_TILES> sm;
   sm.init();
@@ -559,25 +632,29 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
 
     float s[S_TILES][4];  // column c of tile j is key column_key(j, c)
     scores_8bit<Kv>(s, ring.k_codes + slot * T::KV_ELEMS + key0 * HEAD_DIM, ring.k_scale + slot * TILE_K + key0, q,
-                    bias.q_bias, off, t4);
+                    off, t4);
     stage03::apply_mask(s, mask, kv_start, WARP_K, t4, column_key);
     float alpha[2];
     if (sm.raise_max(s, pk.scale_log2, alpha)) bias.rescale(alpha);
     sm.weights(s, pk.scale_log2);
-    accumulate_pv_8bit<Kv>(sm.o, s, ring.v_codes + slot * T::KV_ELEMS + key0 * HEAD_DIM,
-                           ring.v_scale + slot * TILE_K + key0, bias, off, t4);
+    const float* v_scale = ring.v_scale + slot * TILE_K + key0;  // [WARP_K]
+    unit.raise(v_scale, t4, sm.o, bias);
+    accumulate_pv_8bit<Kv>(sm.o, s, ring.v_codes + slot * T::KV_ELEMS + key0 * HEAD_DIM, v_scale, unit.v_mul, bias,
+                           off, t4);
   }
   Ring::drain();
   bias.remove(sm.o);
   sm.sum_rows();
-  if (!finish_rows<T>(sm, warp, kv_warp, lane)) return;
+  float v_unit = unit.u;
+  if (!finish_rows<T>(sm, v_unit, warp, kv_warp, lane)) return;
 
   // Only real rows are stored; padding heads and tokens past q_len never are.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const stage03::QueryTile::Row row = qt.row(pk, row_warp * 16 + g + 8 * i);
     if (!row.real) continue;
-    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+    const float unit_mantissa = to_output_units(sm, i, v_unit);
+    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, unit_mantissa, sm.lse(i));
   }
 }
 
