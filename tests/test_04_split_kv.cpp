@@ -28,6 +28,13 @@ std::vector<SplitCase> stage04_cases() {
       {{"Group8_D128_Block16_Splits3", config(16, 2, 128, 16), ragged_decodes()}, 3},
       // Head dims: 8, 16 and 32 lanes per K/V row.
       {{"Group4_D64_Block16_Splits3", config(8, 2, 64, 16), ragged_decodes()}, 3},
+      // Wider groups: 12 and 16 fit the 16-row decode tile, 32 and 64 take the 128-row tile.
+      {{"Group12_D128_Block16_Splits3", config(24, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group16_D64_Block16_Splits5", config(32, 2, 64, 16), ragged_decodes()}, 5},
+      {{"Group32_D128_Block16_Splits3", config(64, 2, 128, 16), ragged_decodes()}, 3},
+      {{"Group64_D64_Block16_Splits8", config(64, 1, 64, 16), ragged_decodes()}, 8},
+      {{"Group64_D256_Block16_Splits1", config(128, 2, 256, 16), ragged_decodes()}, 1},
+      {{"Group48_D128_Block16_SplitsAuto", config(48, 1, 128, 16), ragged_decodes()}, kAuto},
       {{"Group4_D256_Block16_Splits3", config(8, 2, 256, 16), ragged_decodes()}, 3},
       {{"Group8_D256_Block16_Splits8", config(16, 2, 256, 16), ragged_decodes()}, 8},
       {{"Group5_D64_Block16_Splits8", config(10, 2, 64, 16), ragged_decodes()}, 8},

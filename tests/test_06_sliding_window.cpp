@@ -32,6 +32,12 @@ std::vector<SplitCase> stage06_cases() {
       // Window 1: every query sees only its own key (prefill tiles and decodes).
       {{"Window1_Milestone_Group4", wconfig(8, 2, 128, 16, 1), milestone_requests()}, kAuto},
       {{"Window1_Decodes_Splits3", wconfig(8, 2, 64, 16, 1), ragged_decodes()}, 3},
+      // Groups wider than 8: 16 in the decode tile, 32 and 64 in the 128-row tile; 8-bit too.
+      {{"Window20_Milestone_Group16_D64", wconfig(32, 2, 64, 16, 20), milestone_requests()}, kAuto},
+      {{"Window37_Decodes_Group32_D128_Splits3", wconfig(64, 2, 128, 16, 37), ragged_decodes()}, 3},
+      {{"Window37_Decodes_Group64_D64_Int8_Splits5", wconfig(64, 1, 64, 16, 37, F::int8), ragged_decodes()}, 5},
+      {{"Window23_Milestone_Group24_D128_Fp8", wconfig(48, 2, 128, 16, 23, F::fp8_e4m3), milestone_requests()},
+       kAuto},
       // Smaller than a block: the first block is partly before the window (masked).
       {{"Window5_Block16_Milestone_Group3", wconfig(6, 2, 128, 16, 5), milestone_requests()}, kAuto},
       {{"Window5_Block16_Decodes", wconfig(8, 2, 64, 16, 5), ragged_decodes()}, kAuto},

@@ -169,6 +169,13 @@ std::vector<CascadeCase> stage07_cases() {
       {{"Prefix37_Decodes_Group8_D128", config(16, 2, 128, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
       {{"Prefix37_Decodes_Group4_D256", config(8, 2, 256, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
       {{"Prefix32_Decodes_Group8_D256", config(16, 2, 256, 16), decodes(3, 32, 1)}, {{{0, 1, 2}, 32}}, kCascade},
+      // Groups wider than 8: 16 rows per token, and 32 / 64, wider than the decode tile.
+      {{"Prefix37_Decodes_Group16_D64", config(32, 2, 64, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix37_Decodes_Group32_D128", config(64, 2, 128, 16), decodes(3, 37, 11)}, {{{0, 1, 2}, 37}}, kCascade},
+      {{"Prefix37_Decodes_Group64_D64", config(64, 1, 64, 16), decodes(5, 37, 300)}, {{members(0, 5), 37}},
+       kCascade},
+      {{"Prefix37_PrefillChunks_Group12_D64", config(24, 2, 64, 16), chunks(3, 37, 11, 5)}, {{{0, 1, 2}, 37}},
+       kCascade},
       {{"Prefix37_PrefillChunks_Group3_D64", config(6, 2, 64, 16), chunks(3, 37, 11, 5)}, {{{0, 1, 2}, 37}},
        kCascade},
       // More group rows than a decode tile holds (8 members x 4 heads): the prefix pass's large tile.

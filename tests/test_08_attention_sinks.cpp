@@ -176,6 +176,12 @@ std::vector<SinkCase> stage08_cases() {
       {{"Randn_Decodes_Group4_D128_SplitsAuto", g4, ragged_decodes()}, S::randn, kAuto},
       {{"Randn_Decodes_MHA_D128_Splits3", config(4, 4, 128, 16), ragged_decodes()}, S::randn, 3},
       {{"Randn_Decodes_Group8_D64_Splits3", config(16, 2, 64, 16), ragged_decodes()}, S::randn, 3},
+      // Groups wider than 8: the sink is indexed by query head in the 128-row tile too.
+      {{"Randn_Decodes_Group16_D64_Splits3", config(32, 2, 64, 16), ragged_decodes()}, S::randn, 3},
+      {{"Plus30_Decodes_Group32_D128_Splits5", config(64, 2, 128, 16), ragged_decodes()}, S::plus30, 5},
+      {{"Randn5_Milestone_Group64_D64", config(64, 1, 64, 16), milestone_requests()}, S::randn5, kAuto},
+      {{"Int8_Randn_Decodes_Group64_D128_Splits3", in_format(config(64, 1, 128, 16), F::int8), ragged_decodes()},
+       S::randn, 3},
       {{"Randn5_Decodes_Group3_D64_Splits64", config(6, 2, 64, 16), ragged_decodes()}, S::randn5, 64},
       {{"Plus30_Decodes_Group4_D128_Splits3", g4, ragged_decodes()}, S::plus30, 3},
       {{"Plus100_Decodes_Group4_D128_Splits3", g4, ragged_decodes()}, S::plus100, 3},

@@ -14,7 +14,7 @@ namespace pa::stage03 {
 // Internal linkage, like the kernel (each stage's library instantiates it).
 namespace {
 
-constexpr int MAX_GROUP = 8;
+constexpr int MAX_GROUP = 64;
 
 // A tile shape, by name. A program is ROW_WARPS x KV_WARPS warps: each row warp
 // owns 16 tile rows; KV_WARPS warps share those rows and split every K/V tile's
@@ -59,8 +59,8 @@ struct PrefillShape {
 
 // Kernel arguments derived on the host once per launch (checked_packing()).
 struct Packing {
-  int group;         // query heads per KV head, 1..8
-  int group_shift;   // log2(GROUP_PAD): row m holds token m >> group_shift, head m & (GROUP_PAD - 1)
+  int group;         // query heads per KV head, 1..MAX_GROUP
+  int group_shift;   // log2(GROUP_PAD): row i of a request holds token i >> group_shift, head i & (GROUP_PAD - 1)
   int block_shift;   // log2(block_size)
   float scale_log2;  // softmax_scale * log2(e): scores in the shared state's log2 units
 };
@@ -90,6 +90,12 @@ inline Packing checked_packing(const AttentionParams& p, const char* stage) {
   PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
              who + ": head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
   return Packing{group, log2_ceil(group), log2_ceil(p.kv.block_size), p.softmax_scale * LOG2E};
+}
+
+// Tiles of `rows` rows that cover q_len tokens x GROUP_PAD heads (a group wider
+// than a tile takes GROUP_PAD / rows tiles per token).
+inline int query_tiles(int q_len, const Packing& pk, int rows) {
+  return static_cast<int>(((static_cast<long long>(q_len) << pk.group_shift) + rows - 1) / rows);
 }
 
 // Keys [begin, end) of one program; end <= begin: none (no tile is loaded).

@@ -203,9 +203,9 @@ using stage04::ceil_div;
 template <int HEAD_DIM, class Tiles>
 void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& c, cudaStream_t stream) {
   auto run = [&]<class T>() {
-    const int block_q = T::ROWS >> pk.group_shift;
     PrefixSplits slice{const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
-                       c.prefix_lens.data(), ceil_div(c.max_group_tokens, block_q), c.prefix_keys_per_split};
+                       c.prefix_lens.data(), stage03::query_tiles(c.max_group_tokens, pk, T::ROWS),
+                       c.prefix_keys_per_split};
     const dim3 grid(slice.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups);
     Tiles::template launch_tile<T, PrefixSplits, stage03::CausalMask>(pg, pk, slice, grid, stream);
   };
@@ -230,10 +230,11 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
     static_cast<stage04::Splits&>(slice) =
         stage04::workspace_splits(p, sp.num_splits, sp.blocks_per_split * p.kv.block_size);
     slice.suffix_begin = c.suffix_begin.data();
-    using T = typename Tiles::template Decode<HEAD_DIM>;
     const auto adapted = adapt(slice);
-    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
-        p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+      Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
+          p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    });
     launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
            p, static_cast<const stage04::Splits&>(slice), prefix);
     return;

@@ -1,13 +1,16 @@
 // Stage 03's kernel: GQA-packed attention tiles on tensor cores.
 //
 // Program (request r, query tile, KV head) owns a tile of ROWS = 16 * ROW_WARPS
-// rows, and a row is a (token, query head) pair: the tile holds BLOCK_Q tokens x
-// GROUP_PAD heads, all sharing one KV head,
-//     row m  ->  token tile_first + m / GROUP_PAD,  query head kv_head * GROUP + m % GROUP_PAD,
-// with GROUP = Hq / Hkv and GROUP_PAD the next power of two (rows of the padding
-// heads 3, 5, 6, 7 -> 4, 8, 8, 8 are zero queries that are never written). So
-// each K/V tile is loaded once for the whole group, and even a decode token
-// brings GROUP_PAD rows to the 16-row tensor-core MMA.
+// rows, and a row is a (token, query head) pair, all sharing one KV head. The
+// request's rows are numbered token by token, GROUP_PAD per token, and tile t
+// holds rows t * ROWS .. t * ROWS + ROWS - 1:
+//     row i = t * ROWS + m  ->  token i / GROUP_PAD,  query head kv_head * GROUP + i % GROUP_PAD,
+// with GROUP = Hq / Hkv (1..64) and GROUP_PAD the next power of two (rows of
+// the padding heads, e.g. 3 -> 4, 12 -> 16, are zero queries that are never
+// written). So each K/V tile is loaded once for the whole group, and even a
+// decode token brings GROUP_PAD rows to the 16-row tensor-core MMA. A tile
+// holds ROWS / GROUP_PAD tokens, or, for groups wider than it, part of one
+// token's heads (the launchers pick a tile at least as wide as the group).
 //
 // Each warp owns 16 consecutive rows and computes S = Q K^T and O += P V with
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate). K/V tiles stream through the
@@ -50,8 +53,9 @@ struct QueryTile {
   int r, kv_head;
   int row_begin;   // the request's first row of q / out
   int q_len, pos0;  // its queries, and the position of query 0 (seq_len - q_len)
-  int tile_first;  // this tile's first token (within the request)
-  int block_q;     // tokens per tile: ROWS / GROUP_PAD
+  int row0;        // this tile's first row of the request's rows (token t, head h) -> t * GROUP_PAD + h
+  int tile_first;  // its first token (within the request): row0 / GROUP_PAD
+  int rows;        // ROWS: GROUP_PAD / ROWS tiles per token when a group is wider than a tile
 
   // One tile row's token (within the request) and head (within the group).
   struct Row {
@@ -63,10 +67,11 @@ struct QueryTile {
   template <class T>
   __device__ __forceinline__ bool init(const AttentionParams& p, const Packing& pk, int query_tile) {
     r = blockIdx.z, kv_head = blockIdx.y;
-    block_q = T::ROWS >> pk.group_shift;
+    rows = T::ROWS;
     row_begin = p.batch.query_start_loc[r];
     q_len = p.batch.query_start_loc[r + 1] - row_begin;
-    tile_first = query_tile * block_q;
+    row0 = query_tile * T::ROWS;
+    tile_first = row0 >> pk.group_shift;
     pos0 = p.batch.seq_lens[r] - q_len;
     return tile_first < q_len;
   }
@@ -194,8 +199,8 @@ __device__ __forceinline__ void load_q_tile(bf16* q_s, const AttentionParams& p,
 // The positions of the lane's rows g and g + 8 of row warp row_warp.
 __device__ __forceinline__ void row_positions(const QueryTile& qt, const Packing& pk, int row_warp, int g,
                                               int (&q_pos)[2]) {
-  q_pos[0] = qt.pos0 + qt.tile_first + ((row_warp * 16 + g) >> pk.group_shift);
-  q_pos[1] = qt.pos0 + qt.tile_first + ((row_warp * 16 + g + 8) >> pk.group_shift);
+  q_pos[0] = qt.pos0 + ((qt.row0 + row_warp * 16 + g) >> pk.group_shift);
+  q_pos[1] = qt.pos0 + ((qt.row0 + row_warp * 16 + g + 8) >> pk.group_shift);
 }
 
 // S = Q K^T for one warp's WARP_K keys of a bf16 K tile [TILE_K, HEAD_DIM]
@@ -398,8 +403,7 @@ struct SameSlice {
 // Runs tile shape T over whole query tiles.
 template <class T, class Tiles, class Mask, class Adapt = SameSlice>
 void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const Adapt& adapt = {}) {
-  const int block_q = T::ROWS >> pk.group_shift;
-  const dim3 grid((p.batch.max_query_len + block_q - 1) / block_q, p.kv.num_kv_heads, p.batch.num_requests);
+  const dim3 grid(query_tiles(p.batch.max_query_len, pk, T::ROWS), p.kv.num_kv_heads, p.batch.num_requests);
   const auto slice = adapt(WholeContext{});
   Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
 }

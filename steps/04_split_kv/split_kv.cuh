@@ -230,16 +230,37 @@ void check_plan(const SplitPlan& sp, int span_keys, int block_size) {
                  " keys of the longest request");
 }
 
-// One decode tile of family Tiles per (split, KV head, request): a q_len <= 1
-// row of GROUP_PAD <= 8 heads always fits its 16 rows. Then, with several
-// splits, the merge.
+// The tile of family Tiles that one decode token's GROUP_PAD rows fit: the
+// 16-row decode tile up to groups of 16, the 128-row tile for groups of 17-64
+// (one program per SM instead of PROGRAMS_PER_SM: programs_per_sm()).
+// f.template operator()<T>().
+template <class Tiles, int HEAD_DIM, class F>
+void with_decode_tile(const stage03::Packing& pk, F&& f) {
+  using Decode = typename Tiles::template Decode<HEAD_DIM>;
+  if ((1 << pk.group_shift) <= Decode::ROWS) {
+    f.template operator()<Decode>();
+  } else {
+    f.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
+  }
+}
+
+// Programs of the decode tile an SM holds at once for this batch's group.
+int programs_per_sm(const AttentionParams& p) {
+  const int group_pad = 1 << stage03::log2_ceil(std::max(1, p.num_q_heads / std::max(1, p.kv.num_kv_heads)));
+  return group_pad <= 16 ? PROGRAMS_PER_SM : 1;
+}
+
+// One decode tile of family Tiles per (split, KV head, request) (a q_len <= 1
+// row of GROUP_PAD heads fits it: with_decode_tile). Then, with several splits,
+// the merge.
 template <int HEAD_DIM, class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream,
                    const Adapt& adapt = {}) {
-  using T = typename Tiles::template Decode<HEAD_DIM>;
   const dim3 grid(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   const auto slice = adapt(part);
-  Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+  with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+    Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+  });
   if (part.num_splits > 1) {
     launch(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
            p, part);
@@ -259,8 +280,9 @@ SplitPlan plan_fixed_rule(int span_keys, int block_size, int num_splits) {
 SplitPlan plan_rule(const AttentionParams& p, int num_sms, int span_keys) {
   const int num_blocks = max_blocks(span_keys, p.kv.block_size);
   const int programs = std::max(1, p.batch.num_requests * p.kv.num_kv_heads);  // without splitting
-  // TODO 4: the split count: as many splits as fit in one wave of PROGRAMS_PER_SM per SM, each >= MIN_KEYS_PER_SPLIT keys, clamped to 1..MAX_SPLITS
-  (void)programs, (void)num_sms, (void)MIN_KEYS_PER_SPLIT, (void)PROGRAMS_PER_SM;
+  const int per_sm = programs_per_sm(p);  // PROGRAMS_PER_SM (1 for groups above 16)
+  // TODO 4: the split count: as many splits as fit in one wave of per_sm programs per SM, each >= MIN_KEYS_PER_SPLIT keys, clamped to 1..MAX_SPLITS
+  (void)programs, (void)num_sms, (void)MIN_KEYS_PER_SPLIT, (void)per_sm;
   PA_TODO_HOST(4, "04_split_kv");
   const int num_splits = 0;
   PA_REQUIRE(num_splits >= 1 && num_splits <= MAX_SPLITS,

@@ -43,9 +43,10 @@ void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk,
   slice.block_shift = pk.block_shift;
   const auto adapted = adapt(slice);
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    using T = typename Tiles::template Decode<HEAD_DIM>;
-    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, WindowWithSinkTokens>(
-        p, pk, adapted, dim3(total, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+      Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, WindowWithSinkTokens>(
+          p, pk, adapted, dim3(total, p.kv.num_kv_heads, p.batch.num_requests), stream);
+    });
     launch(stage04::merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads),
            dim3(stage04::MERGE_THREADS), 0, stream, p, static_cast<const stage04::Splits&>(slice));
   });
