@@ -308,7 +308,7 @@ std::vector<ScaleCase> magnitude_cases() {
     const std::string fn = f == KvFormat::int8 ? "Int8_" : "Fp8_";
     for (const Path& path : paths) {
       for (Factor x : {Factor{1e-3f, "1em3"}, {1e-4f, "1em4"}, {1e-6f, "1em6"}, {1e-20f, "1em20"},
-                       {1e-30f, "1em30"}, {1e4f, "1e4"}, {1e6f, "1e6"}, {1e30f, "1e30"}}) {
+                       {1e-30f, "1em30"}, {1e-36f, "1em36"}, {1e4f, "1e4"}, {1e6f, "1e6"}, {1e30f, "1e30"}}) {
         cases.push_back({fn + "V_x" + x.name + "_" + path.name, f, true, x.value, -1, path.head_dim, path.requests,
                          path.num_splits});
       }

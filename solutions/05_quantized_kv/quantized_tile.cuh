@@ -6,8 +6,8 @@
 //  - Q is scaled into fp16's range once (QuantQ), since the codes become fp16
 //    operands (quantized_kv.cuh);
 //  - S and P V run on fp16 MMAs from codes read straight into registers;
-//  - P's operands and O are kept in units of the largest v scale seen
-//    (ValueUnit), so V may have any magnitude fp32 scales hold;
+//  - P's operands and O are kept in units of the largest v scale seen (a
+//    power of two, ValueUnit), so V may have any magnitude fp32 scales hold;
 //  - int8 V operands carry a bias of 1152, taken off in fp32 (OperandBias);
 //  - the output's dims come back in order, and the KV warps of a decode tile
 //    merge their states, through shared memory at the end (finish_rows).
@@ -56,6 +56,7 @@ struct CodeLayout {
   // each warp's value unit.
   static constexpr int O_STRIDE = T::HEAD_DIM + 8;
   static constexpr size_t MERGE_BYTES = sizeof(float) * T::NUM_WARPS * (16 * (O_STRIDE + 2) + 1);
+  static_assert(sizeof(int) == sizeof(float), "a warp's unit exponent takes a float's place");
   // Q and the ring of K and V code tiles with their per-key scales.
   static constexpr size_t SMEM_BYTES =
       std::max(sizeof(bf16) * T::Q_ELEMS + 2 * T::STAGES * (T::KV_ELEMS + sizeof(float) * T::TILE_K), MERGE_BYTES);
@@ -343,23 +344,27 @@ struct OperandBias {
   }
 };
 
-// The unit of a warp's P operands and o: u, the largest v scale of the keys it
-// has read so far, like the softmax's running max. P's operand for key j is
-// p_j * v_scale_j * v_mul with v_mul = 2^15 / u, at most 2^15 (p_j <= 1), so it
-// never overflows fp16, and a key's product leaves fp16's normal range only
-// below 2^-29 of the largest weighted value: the output keeps its precision
-// relative to V's magnitude, whatever that is (fp32 scales: 1e-38 .. 1e38).
-// o (and the bias sum) is in units of u * 2^-15; when a tile raises u, both are
-// multiplied by u_old / u_new (rare past the first tiles, like the softmax's
-// alpha). u is the same on every lane: the max runs over the warp's keys.
+// The unit of a warp's P operands and o: a power of two 2^e at or above the
+// largest v scale of the keys it has read so far, raised like the softmax's
+// running max. P's operand for key j is p_j * v_scale_j * v_mul with v_mul =
+// 2^(14 - e), below 2^15 (p_j <= 1, v_scale_j < 2^(e + 1)), so it never
+// overflows fp16, and a key's product leaves fp16's normal range only below
+// 2^-29 of the largest weighted value: the output keeps its precision relative
+// to V's magnitude, whatever that is. o (and the bias sum) is in units of
+// 2^(e - 14); a tile that raises e multiplies both by 2^(e_old - e_new), exactly
+// (rare past the first tiles, like the softmax's alpha). e is the same on every
+// lane (the max runs over the warp's keys) and stays in [-112, 127], so that
+// v_mul and the output's unit 2^(e - 14) are normal fp32 numbers: scales below
+// 2^-112 (~2e-34) take e = -112, with less headroom in fp16 but no overflow.
 template <int S_TILES>
 struct ValueUnit {
-  float u = 0.0f;      // the largest v scale so far (0: none yet, or only zero rows)
-  float v_mul = 0.0f;  // 2^15 / u (0 while u is 0)
+  static constexpr int MIN_EXP = -112, MAX_EXP = 127;
+  int e = MIN_EXP;
+  float v_mul = 0x1p126f;  // 2^(14 - e)
 
   // v_scale: [WARP_K] the scales of the warp's keys of this tile (0 past the
   // end); this lane reads keys 16kk + 4t4 + 0..3, its quad the rest. A NaN
-  // scale is left out of u (fmaxf) and still poisons its key's weight.
+  // scale is left out of the max (fmaxf) and still poisons its key's weight.
   template <int O_TILES, class Bias>
   __device__ __forceinline__ void raise(const float* v_scale, int t4, float (&o)[O_TILES][4], Bias& bias) {
     float m = 0.0f;
@@ -370,15 +375,15 @@ struct ValueUnit {
     }
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    if (m > u) {  // (warp-uniform)
-      if (u > 0.0f) {
-        const float r = u / m;
+    // m >= 0: its exponent field, unbiased (0 and subnormals -127, inf 128), clamped.
+    const int e_tile = min(max((__float_as_int(m) >> 23) - 127, MIN_EXP), MAX_EXP);
+    if (e_tile > e) {  // (warp-uniform)
+      const float r = ldexpf(1.0f, e - e_tile);
 #pragma unroll
-        for (int j = 0; j < O_TILES; ++j) o[j][0] *= r, o[j][1] *= r, o[j][2] *= r, o[j][3] *= r;
-        bias.rescale(r);
-      }
-      u = m;
-      v_mul = 32768.0f / m;
+      for (int j = 0; j < O_TILES; ++j) o[j][0] *= r, o[j][1] *= r, o[j][2] *= r, o[j][3] *= r;
+      bias.rescale(r);
+      e = e_tile;
+      v_mul = ldexpf(1.0f, 14 - e);
     }
   }
 };
@@ -503,18 +508,18 @@ __device__ __forceinline__ void accumulate_pv_8bit(float (&o)[O_TILES][4], const
 // After the key loop (every warp past its last tile, so the ring and Q are
 // free): each warp writes its state to shared memory with o in dim order, then
 // the first KV warp of each row warp merges its row warp's KV_WARPS states with
-// the shared state's merge, each o first moved from its warp's value unit to
-// the largest of them (a factor <= 1), which becomes v_unit. Returns false for
-// the warps that are done.
+// the shared state's merge, each o first moved from its warp's value unit
+// 2^(e - 14) to the largest of them (an exact factor <= 1), whose exponent
+// becomes v_exp. Returns false for the warps that are done.
 template <class T, int O_TILES>
-__device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, float& v_unit, int warp, int kv_warp, int lane) {
+__device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, int& v_exp, int warp, int kv_warp, int lane) {
   constexpr int O_STRIDE = CodeLayout<T>::O_STRIDE;
   const int g = lane / 4, t4 = lane % 4;
   __syncthreads();
   float* o_s = dynamic_smem<float>();            // [NUM_WARPS, 16, O_STRIDE]
   float* m_s = o_s + T::NUM_WARPS * 16 * O_STRIDE;  // [NUM_WARPS, 16]
   float* l_s = m_s + T::NUM_WARPS * 16;             // [NUM_WARPS, 16]
-  float* u_s = l_s + T::NUM_WARPS * 16;             // [NUM_WARPS]
+  int* e_s = reinterpret_cast<int*>(l_s + T::NUM_WARPS * 16);  // [NUM_WARPS]
 #pragma unroll
   for (int j = 0; j < O_TILES; ++j) {
 #pragma unroll
@@ -527,19 +532,17 @@ __device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, float& v_u
     m_s[warp * 16 + g] = sm.m[0], m_s[warp * 16 + g + 8] = sm.m[1];
     l_s[warp * 16 + g] = sm.l[0], l_s[warp * 16 + g + 8] = sm.l[1];
   }
-  if (lane == 0) u_s[warp] = v_unit;
+  if (lane == 0) e_s[warp] = v_exp;
   __syncthreads();
   if (kv_warp != 0) return false;  // no barrier follows
-  float unit_of[T::KV_WARPS];  // [kw]: that warp's o -> units of v_unit
+  float unit_of[T::KV_WARPS];  // [kw]: that warp's o -> units of 2^(v_exp - 14)
   if constexpr (T::KV_WARPS == 1) {
     unit_of[0] = 1.0f;
   } else {
-    v_unit = 0.0f;
 #pragma unroll
-    for (int kw = 0; kw < T::KV_WARPS; ++kw) v_unit = fmaxf(v_unit, u_s[warp + kw]);
-    // A warp with u 0 has o 0 (or NaN from a NaN scale, which stays NaN).
+    for (int kw = 0; kw < T::KV_WARPS; ++kw) v_exp = max(v_exp, e_s[warp + kw]);
 #pragma unroll
-    for (int kw = 0; kw < T::KV_WARPS; ++kw) unit_of[kw] = v_unit > 0.0f ? u_s[warp + kw] / v_unit : 0.0f;
+    for (int kw = 0; kw < T::KV_WARPS; ++kw) unit_of[kw] = ldexpf(1.0f, e_s[warp + kw] - v_exp);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -560,27 +563,20 @@ __device__ __forceinline__ bool finish_rows(FragSoftmax<O_TILES>& sm, float& v_u
   return true;
 }
 
-// Row i of o, in units of v_unit * 2^-15 and not yet divided by l, -> the
-// output divided by the returned factor, for the Slice's store (which
-// multiplies by it): with v_unit = f * 2^e, f in [1, 2), o * (1 / l) * 2^(e - 15),
-// then f. Each product stays within fp32's range wherever the output does, for
-// any v_unit fp32 holds (a single factor v_unit * 2^-15 / l would leave fp32's
-// normal range for v_unit below ~1e-33).
+// Row i of o, in units of 2^(v_exp - 14) and not yet divided by l, -> the
+// output divided by the returned factor 2^(v_exp - 14), for the Slice's store
+// (which multiplies by it): o / l first (its magnitude about V's over the unit),
+// then the unit, each product in fp32's range wherever the output is (a single
+// factor 2^(v_exp - 14) / l would leave it for small units and long contexts).
 template <int O_TILES>
-__device__ __forceinline__ float to_output_units(FragSoftmax<O_TILES>& sm, int i, float v_unit) {
-  int e = 0;
-  float f = v_unit;  // 0 (no V, or only zero rows), inf or NaN: taken as it is
-  if (v_unit > 0.0f && v_unit <= 3.4e38f) {
-    e = max(ilogbf(v_unit), -126);
-    f = ldexpf(v_unit, -e);
-  }
-  const float inv_l = sm.inv_l(i), pow2 = ldexpf(1.0f, e - 15);
+__device__ __forceinline__ float to_output_units(FragSoftmax<O_TILES>& sm, int i, int v_exp) {
+  const float inv_l = sm.inv_l(i);
 #pragma unroll
   for (int j = 0; j < O_TILES; ++j) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) sm.o[j][2 * i + h] = sm.o[j][2 * i + h] * inv_l * pow2;
+    for (int h = 0; h < 2; ++h) sm.o[j][2 * i + h] *= inv_l;
   }
-  return f;
+  return ldexpf(1.0f, v_exp - 14);
 }
 
 // Grid and Slice / Mask policies as stage 03's gqa_packing_kernel.
@@ -645,16 +641,16 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   Ring::drain();
   bias.remove(sm.o);
   sm.sum_rows();
-  float v_unit = unit.u;
-  if (!finish_rows<T>(sm, v_unit, warp, kv_warp, lane)) return;
+  int v_exp = unit.e;
+  if (!finish_rows<T>(sm, v_exp, warp, kv_warp, lane)) return;
 
   // Only real rows are stored; padding heads and tokens past q_len never are.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const stage03::QueryTile::Row row = qt.row(pk, row_warp * 16 + g + 8 * i);
     if (!row.real) continue;
-    const float unit_mantissa = to_output_units(sm, i, v_unit);
-    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, unit_mantissa, sm.lse(i));
+    const float unit = to_output_units(sm, i, v_exp);
+    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, unit, sm.lse(i));
   }
 }
 

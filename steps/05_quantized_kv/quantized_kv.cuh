@@ -7,7 +7,7 @@
 // (common/quant.cuh's decode4_half2 and decode_pair_half); the per-key fp32
 // scales are applied in fp32 to S, and to P before it becomes an operand:
 //     S[:, j] = (Q . codes_k[j]) * k_scale[j]                (scale_scores; Q in fp16, scaled: see the kernel)
-//     O      += sum_j (p_j * v_scale[j] / u) codes_v[j]      (weights_fragment: P's MMA operand; O in units of u)
+//     O      += sum_j (p_j * v_scale[j] * v_mul) codes_v[j]  (weights_fragment: P's MMA operand; O in units of 1 / v_mul)
 // Every int8 code and every e4m3 value is exact in fp16 (integers below 2048;
 // 4-bit mantissas with exponents -9..8), so the kernel matches the oracle on the
 // dequantized cache as tightly as stage 03 matches a bf16 cache. (int8 V
@@ -22,10 +22,10 @@
 // fp16 (11 significant bits) it costs at most 2^-12 of a value, below the
 // output's own bf16 rounding. The v scales are fp32 and may be anything from
 // 1e-38 to 1e38, far outside fp16's range (6e-8 .. 65504), so the weights are
-// taken relative to a unit: the kernel passes v_mul = 2^15 / u, u the largest v
-// scale its warp has seen, and p_j * v_scale_j * v_mul <= 2^15 fits fp16 with
-// the keys that matter (v_scale_j / u > 2^-29) in its normal range; O is kept
-// in units of u * 2^-15 and converted back at the end.
+// taken relative to a unit: the kernel passes v_mul = 2^(14 - e), the largest v
+// scale its warp has seen in [2^e, 2^(e+1)), so p_j * v_scale_j * v_mul < 2^15
+// fits fp16, with the keys that matter (above 2^-29 of the largest) in its
+// normal range; O is kept in units of 2^(e - 14) and converted back at the end.
 //
 // The code tiles are read in an order of our choosing. Both MMAs sum over an
 // index whose order is free, as long as both operands agree on it:
@@ -149,8 +149,9 @@ struct QuantizedKv {
 
   // P's A fragment for keys 16kk..16kk+15 (k = 2t4, 2t4+1 from tile 2kk,
   // k = 2t4+8, 2t4+9 from tile 2kk + 1, as in stage 03's TODO 5), each weight
-  // times its key's v scale and v_mul (2^15 / the warp's unit u, so that every
-  // product is at most 2^15 whatever the scales' magnitude), packed as fp16.
+  // times its key's v scale and v_mul (a power of two that brings the warp's
+  // largest v scale into [2^14, 2^15), so that every product fits fp16 whatever
+  // the scales' magnitude), packed as fp16.
   // v_scale: [WARP_K].
   template <int S_TILES>
   __device__ __forceinline__ static void weights_fragment(const float (&s)[S_TILES][4], int kk, const float* v_scale,
