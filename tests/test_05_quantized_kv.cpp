@@ -62,6 +62,12 @@ std::vector<SplitCase> stage05_cases() {
         {{n + "Decodes_Group4_D128_Splits3", qconfig(f, 8, 2, 128, 16), ragged_decodes()}, 3},
         {{n + "Decodes_Group3_D64_Block1_Splits8", qconfig(f, 6, 2, 64, 1), ragged_decodes()}, 8},
         {{n + "Decodes_Group8_D256_Splits3", qconfig(f, 16, 2, 256, 16), ragged_decodes()}, 3},
+        // Groups wider than 8: 12 and 16 in the decode tile; 32 and 64 in the 128-row tile.
+        {{n + "Decodes_Group12_D128_Splits3", qconfig(f, 24, 2, 128, 16), ragged_decodes()}, 3},
+        {{n + "Decodes_Group16_D64_Splits1", qconfig(f, 32, 2, 64, 16), ragged_decodes()}, 1},
+        {{n + "Decodes_Group32_D128_Splits5", qconfig(f, 64, 2, 128, 16), ragged_decodes()}, 5},
+        {{n + "Decodes_Group64_D256_Splits1", qconfig(f, 128, 2, 256, 16), ragged_decodes()}, 1},
+        {{n + "Milestone_Group64_D64_Block16", qconfig(f, 64, 1, 64, 16), milestone_requests()}, kAuto},
         // One long request of one KV head: the automatic plan splits it even on a 2-core CPU.
         {{n + "OneLongDecode_MHA_SplitsAuto", qconfig(f, 1, 1, 64, 16), {{1, 1200}}}, kAuto},
         // Requests with no query and padding rows (prefill tile, then split path).
