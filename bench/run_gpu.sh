@@ -44,7 +44,7 @@ step build
 jobs=$(nproc)
 # Without tests, only the benchmark programs are needed.
 targets=()
-((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention bench_cascade)
+((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention bench_cascade crosscheck)
 { cmake --preset gpu && cmake --build --preset gpu -j "$jobs" "${targets[@]}"; } > "$out/build.log" 2>&1 || {
   tail -50 "$out/build.log"; echo "build failed"; exit 1; }
 
@@ -72,6 +72,13 @@ if [[ -n $ncu_filter ]] && command -v ncu >/dev/null; then
     build/gpu/bench/bench_attention --benchmark_filter="$ncu_filter" --benchmark_min_time=0.001s > "$out/ncu.txt" 2>&1 || status=1
   grep -vE "^\s*$|^==PROF==" "$out/ncu.txt" | head -150
 fi
+step crosscheck
+# The CPU flavor's committed outputs against this GPU's, bit for bit: a report,
+# never a failure of this script (README: "Does the CPU compute what the GPU computes?").
+build/gpu/bench/crosscheck/crosscheck --compare bench/crosscheck/cpu_reference.bin > "$out/crosscheck.txt" 2>&1 ||
+  echo "crosscheck could not run (see $out/crosscheck.txt)"
+grep -E "^stage [0-9]+: " "$out/crosscheck.txt" || true
+
 step backends
 build/gpu/bench/backends --out "$out/backends.jsonl" 2> "$out/backends.log" || status=1
 cat "$out/backends.jsonl"

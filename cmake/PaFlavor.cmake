@@ -28,8 +28,11 @@ else()
   set(PA_CU_LANGUAGE CXX)
   # The CPU runtime header must come before anything else: it defines the CUDA
   # qualifiers, built-in variables and runtime API that the .cu files use.
+  # -ffp-contract=off: the host compiler never fuses a * b + c on its own (GCC
+  # does on targets with FMA, e.g. aarch64); where the kernels want a fused
+  # multiply-add, the source says fmaf, which both flavors honour.
   add_compile_options("SHELL:-include ${PA_SOURCE_ROOT}/common/runtime/cpu_runtime.h"
-                      -Wno-unknown-pragmas)
+                      -Wno-unknown-pragmas -ffp-contract=off)
   message(STATUS "paged-attention: CPU flavor (kernels run on the course's CPU runtime)")
 endif()
 

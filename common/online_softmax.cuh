@@ -46,7 +46,8 @@ struct Softmax {
   // 1 / l, and exactly 0 for an empty row (o = 0 there, and 0 * inf would be NaN).
   __device__ __forceinline__ static float inv_l(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
   // The natural-log lse; -inf for an empty row.
-  __device__ __forceinline__ static float lse(float m, float l) { return l > 0.0f ? (m + log2f(l)) * LN2 : -INFINITY; }
+  // gpu_log2f: the device's log2f on both flavors (common/cuda_compat.cuh).
+  __device__ __forceinline__ static float lse(float m, float l) { return l > 0.0f ? (m + gpu_log2f(l)) * LN2 : -INFINITY; }
 };
 
 // One row, N of its values held by this thread (stage 02's warp per row, the
@@ -94,9 +95,11 @@ struct SoftmaxState {
   __device__ __forceinline__ void merge(const SoftmaxState& b) {
     float wa, wb;
     m = Softmax::merge_factors(m, b.m, wa, wb);
-    l = l * wa + b.l * wb;
+    // a * wa + b * wb with the fused multiply-add written out: nvcc would contract
+    // it anyway (in an order of its choosing), the CPU flavor never does.
+    l = fmaf(l, wa, b.l * wb);
 #pragma unroll
-    for (int i = 0; i < N; ++i) o[i] = o[i] * wa + b.o[i] * wb;
+    for (int i = 0; i < N; ++i) o[i] = fmaf(o[i], wa, b.o[i] * wb);
   }
 
   __device__ __forceinline__ float inv_l() const { return Softmax::inv_l(l); }
@@ -188,11 +191,11 @@ struct FragSoftmax {
   __device__ __forceinline__ void merge_row(int i, float m_b, float l_b, OAt o_b) {
     float wa, wb;
     m[i] = Softmax::merge_factors(m[i], m_b, wa, wb);
-    l[i] = l[i] * wa + l_b * wb;
+    l[i] = fmaf(l[i], wa, l_b * wb);  // the fused multiply-add written out, as in SoftmaxState::merge
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) o[j][2 * i + h] = o[j][2 * i + h] * wa + o_b(j, h) * wb;
+      for (int h = 0; h < 2; ++h) o[j][2 * i + h] = fmaf(o[j][2 * i + h], wa, o_b(j, h) * wb);
     }
   }
 

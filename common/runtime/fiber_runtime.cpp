@@ -16,7 +16,11 @@
 #include <unistd.h>
 
 #include <boost/context/detail/fcontext.hpp>
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -507,6 +511,46 @@ unsigned activemask() {
 //   A (16x16, row): a0 (g, 2t..2t+1)  a1 (g+8, 2t..2t+1)  a2 (g, 2t+8..2t+9)  a3 (g+8, 2t+8..2t+9)
 //   B (16x8, col):  b0 (k 2t..2t+1, n g)  b1 (k 2t+8..2t+9, n g)
 //   C, D (16x8):    c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+// One output of mma.sync m16n8k16 with fp32 accumulation: C + sum_k a[k] * B[k][col],
+// with the tensor core's alignment and truncation (see mma_m16n8k16 below).
+float mma_dot16(const float (&a)[16], const float (&B)[16][8], int col, float c) {
+  double prod[16];
+  int prod_exp[16];
+  bool special = !std::isfinite(c);
+  int e_max = INT_MIN;
+  for (int k = 0; k < 16; ++k) {
+    const float x = a[k], y = B[k][col];
+    prod[k] = static_cast<double>(x) * y;  // exact: 11 (or 8) significant bits each
+    special = special || !std::isfinite(x) || !std::isfinite(y);
+    prod_exp[k] = INT_MIN;
+    if (x != 0.0f && y != 0.0f) {
+      int ex, ey;
+      std::frexp(x, &ex);
+      std::frexp(y, &ey);
+      prod_exp[k] = (ex - 1) + (ey - 1);
+      e_max = std::max(e_max, prod_exp[k]);
+    }
+  }
+  if (special) {  // inf / NaN: IEEE semantics of the plain sum
+    double acc = c;
+    for (int k = 0; k < 16; ++k) acc += prod[k];
+    return static_cast<float>(acc);
+  }
+  if (c != 0.0f) {
+    int ec;
+    std::frexp(c, &ec);
+    e_max = std::max(e_max, ec - 1);
+  }
+  if (e_max == INT_MIN) return c + 0.0f;  // every term zero
+  const double unit = std::ldexp(1.0, e_max - 25);
+  int64_t sum = static_cast<int64_t>(std::trunc(c / unit));
+  for (int k = 0; k < 16; ++k) sum += static_cast<int64_t>(std::trunc(prod[k] / unit));
+  const double exact = static_cast<double>(sum) * unit;  // |sum| < 2^32: exact
+  float r = static_cast<float>(exact);
+  if (std::fabs(static_cast<double>(r)) > std::fabs(exact)) r = std::nextafter(r, 0.0f);  // toward zero
+  return r;
+}
+
 void mma_m16n8k16(int dtype, float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file,
                   int line) {
   Worker& w = *tl_worker;
@@ -542,16 +586,21 @@ void mma_m16n8k16(int dtype, float* d, const uint32_t* a, const uint32_t* b, con
         C[g + 8][2 * t + h] = rc[2 + h];
       }
     }
-    // Products of two 16-bit floats are exact in double, and so is a sum of 16 of
-    // them in nearly every case; the result is rounded to fp32 once.
+    // The tensor core's arithmetic, as measured on an H200 (bench/crosscheck/mma_probe.cu:
+    // 262,144 outputs of random, int8-like and wide-exponent f16 and bf16 inputs, all
+    // bit for bit): the 16 products are exact; the largest exponent E among C's
+    // (floor(log2|C|)) and the products' (the SUM of the two operands' exponents,
+    // not the product's own, which can be one higher) sets a grid 2^(E - 25); C and
+    // every product are truncated toward zero onto that grid, summed exactly, and
+    // the sum goes to fp32 rounding toward zero. Not round-to-nearest of the exact
+    // sum: with operands like stage 05's (1152 + code) the low bits of small terms
+    // are dropped, and a CPU that kept them would pass where the GPU fails.
     for (int l = 0; l < 32; ++l) {
       const int g = l >> 2, t = l & 3;
       float* rd = static_cast<float*>(wp.slot[l].p_out);
       for (int q = 0; q < 4; ++q) {
         const int row = g + (q >= 2 ? 8 : 0), col = 2 * t + (q & 1);
-        double acc = C[row][col];
-        for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * B[k][col];
-        rd[q] = static_cast<float>(acc);
+        rd[q] = mma_dot16(A[row], B, col, C[row][col]);
       }
     }
   });
