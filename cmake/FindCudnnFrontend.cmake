@@ -38,9 +38,11 @@ endif()
 
 set(CudnnFrontend_NOT_FOUND_REASON "")
 if(NOT CudnnFrontend_INCLUDE_DIR)
-  set(CudnnFrontend_NOT_FOUND_REASON
-      "cudnn-frontend's header cudnn_frontend.h was not found (set CUDNN_FRONTEND_ROOT, or unpack the pip wheel "
-      "nvidia-cudnn-frontend's include/ into .deps/cudnn_frontend/include)")
+  # One string (string(CONCAT)): set() of two strings makes a list, whose ';'
+  # find_package_handle_standard_args would split into unknown arguments.
+  string(CONCAT CudnnFrontend_NOT_FOUND_REASON
+         "cudnn-frontend's header cudnn_frontend.h was not found (set CUDNN_FRONTEND_ROOT, or unpack the pip wheel "
+         "nvidia-cudnn-frontend's include/ into .deps/cudnn_frontend/include)")
 elseif(CudnnFrontend_VERSION AND CudnnFrontend_VERSION VERSION_LESS 1.13)
   # The SDPA options the backend uses: diagonal band masks with bottom-right
   # alignment (1.10) and set_generate_stats (1.13).
