@@ -117,6 +117,8 @@ size_t Problem::kv_bytes_read() const {
   size_t tokens = 0;
   for (int r = 0; r < meta.num_requests(); ++r) {
     const int seq_len = meta.seq_lens[r];
+    // A request with no query this step needs none of its keys.
+    if (meta.q_len(r) == 0) continue;
     // With a sliding window only the keys some query of r sees: from its oldest
     // query's window start (position seq_len - q_len - window + 1) to the end,
     // i.e. min(seq_len, q_len + window - 1) keys; a decode: min(seq_len, window).

@@ -578,6 +578,9 @@ TEST(Builders, KvBytesReadCountsSinkTokensBesideTheWindow) {
   // No window: the whole context, sink tokens or not.
   EXPECT_EQ(bytes_in_tokens(0, 4, {{1, 100}, {5, 60}}), 160u);
   EXPECT_EQ(bytes_in_tokens(16, 0, {{1, 100}}), 16u);
+  // A request with no query this step reads none of its keys, with or without a window.
+  EXPECT_EQ(bytes_in_tokens(0, 0, {{1, 100}, {0, 40}}), 100u);
+  EXPECT_EQ(bytes_in_tokens(16, 4, {{1, 100}, {0, 40}}), 16u + 4u);
 }
 
 // A window no context reaches reads what no window reads, also near INT_MAX
