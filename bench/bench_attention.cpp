@@ -46,8 +46,8 @@
 
 #include "common/device_batch.h"
 #include "common/problem.h"
-#include "common/timing.h"
 #include "probe.h"
+#include "timed_steps.h"
 #include "registry.h"
 
 namespace {
@@ -188,18 +188,7 @@ void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
   DeviceBatch db(p);
   const Backend::Step step = bench::make_step(b, p, db, {});
   bench::L2Flush flush;
-  EventTimer timer;
-  std::vector<double> times;
-  step();  // warm-up: workspaces, first-launch costs
-  for (auto _ : state) {
-    flush();
-    timer.start();
-    step();
-    const float ms = timer.stop();
-    times.push_back(ms);
-    state.SetIterationTime(ms * 1e-3);
-  }
-  const double ms = median(times);
+  const double ms = bench::timed_median_ms(state, flush, step);
   const double kv_bytes = static_cast<double>(p.kv_bytes_read());
   state.counters["kv_bytes"] = kv_bytes;
   state.counters["ms_median"] = ms;

@@ -58,8 +58,8 @@
 #include "common/device_batch.h"
 #include "common/problem.h"
 #include "common/stages.h"
-#include "common/timing.h"
 #include "probe.h"
+#include "timed_steps.h"
 
 namespace {
 
@@ -160,18 +160,7 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
     }
   };
   bench::L2Flush flush;
-  EventTimer timer;
-  std::vector<double> times;
-  step();  // warm-up: workspaces, first-launch costs
-  for (auto _ : state) {
-    flush();
-    timer.start();
-    step();
-    const float ms = timer.stop();
-    times.push_back(ms);
-    state.SetIterationTime(ms * 1e-3);
-  }
-  const double ms = median(times);
+  const double ms = bench::timed_median_ms(state, flush, step);
   const size_t token_bytes = p.kv_token_bytes();
   const size_t kv_bytes = (static_cast<size_t>(c.prefix_len) + static_cast<size_t>(c.batch) * (c.suffix_len + 1)) *
                           token_bytes;

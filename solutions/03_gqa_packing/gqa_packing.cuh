@@ -222,6 +222,38 @@ __device__ __forceinline__ void row_positions(const QueryTile& qt, const Packing
   q_pos[1] = qt.pos0 + ((qt.row0 + row_warp * 16 + g + 8) >> pk.group_shift);
 }
 
+// ROWS keys from key `first` on -> K and V tiles [ROWS, HEAD_DIM] (swizzled),
+// 16 bytes per copy, copied by NUM_COPIERS threads (this one is `copier`), each
+// key's row found through the block table. Keys at or past keys_end are
+// zero-filled: the slots past seq_len may hold anything (NaN in the tests), and
+// 0 * NaN = NaN.
+template <int HEAD_DIM, int ROWS, int NUM_COPIERS>
+__device__ __forceinline__ void copy_kv_rows(bf16* k_dst, bf16* v_dst, const AttentionParams& p,
+                                             const KvLookup& lookup, int block_shift, int first, int keys_end,
+                                             int copier) {
+  constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks of a bf16 row
+  static_assert((ROWS * CHUNKS) % NUM_COPIERS == 0, "every copier issues the same number of copies");
+#pragma unroll
+  for (int i = 0; i < ROWS * CHUNKS / NUM_COPIERS; ++i) {
+    const int c = copier + i * NUM_COPIERS;
+    const int j = c / CHUNKS, chunk = c % CHUNKS;
+    const int kv_pos = first + j;
+    const bool in_range = kv_pos < keys_end;
+    const size_t head_row = in_range ? lookup.head_row(kv_pos, block_shift, p.kv.num_kv_heads) : 0;
+    const size_t offset = head_row * HEAD_DIM + chunk * 8;  // elements from the cache base
+    cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
+    cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
+  }
+}
+
+// Row warp row_warp's 16 rows of the Q tile (swizzled) as the MMA A fragment of
+// k-step ks (matrices 0..3 = rows 0-7 / 8-15 x dims lo / hi).
+template <int HEAD_DIM>
+__device__ __forceinline__ void q_a_fragment(uint32_t (&a)[4], const bf16* q_s, int row_warp, int ks, int lane) {
+  const int row = row_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  ldmatrix_x4(a, q_s + swizzle<HEAD_DIM>(row, 2 * ks + (lane >> 4)));
+}
+
 // S = Q K^T for one warp's WARP_K keys of a bf16 K tile [TILE_K, HEAD_DIM]
 // (swizzled). B[k][n] = K[key n][dim k], so K's rows are B's columns and a plain
 // ldmatrix of 8 key rows gives the col-major B fragment. q_frag(a, ks): Q's A
@@ -286,7 +318,7 @@ template <class T, class Slice = WholeContext, class Mask = CausalMask>
 __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
     gqa_packing_kernel(AttentionParams p, Packing pk, Slice slice) {
   static_assert(T::KV_WARPS == 1, "bf16 tiles: each warp computes all keys of its rows");
-  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES, CHUNKS = T::CHUNKS;
+  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES;
   constexpr int S_TILES = TILE_K / 8;    // 8-key column tiles of S
   constexpr int O_TILES = HEAD_DIM / 8;  // 8-dim column tiles of O
   bf16* q_s = dynamic_smem<bf16>();        // [ROWS, HEAD_DIM] swizzled
@@ -304,26 +336,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   // stage 06. Keys at or past kv_end are masked.
   const KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
 
-  // K/V tile `tile` -> ring slot `slot`, 16 bytes per copy, each key's row found
-  // through the block table. Keys at or past keys.end are zero-filled: the slots
-  // past seq_len may hold anything (NaN in the tests), and 0 * NaN = NaN.
+  // K/V tile `tile` -> ring slot `slot`, copied by the whole program.
   const KvLookup lookup(p, qt.r, qt.kv_head);
   auto load_kv_tile = [&](int tile, int slot) {
-    bf16* k_dst = k_s + slot * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-    bf16* v_dst = v_s + slot * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
-#pragma unroll
-    for (int i = 0; i < TILE_K * CHUNKS / T::NUM_THREADS; ++i) {
-      const int c = threadIdx.x + i * T::NUM_THREADS;
-      const int j = c / CHUNKS, chunk = c % CHUNKS;
-      const int kv_pos = keys.begin + tile * TILE_K + j;
-      const bool in_range = kv_pos < keys.end;
-      const size_t head_row = in_range ? lookup.head_row(kv_pos, pk.block_shift, p.kv.num_kv_heads) : 0;
-      const size_t offset = head_row * HEAD_DIM + chunk * 8;  // elements from the cache base
-      cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
-      cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
-    }
+    copy_kv_rows<HEAD_DIM, TILE_K, T::NUM_THREADS>(k_s + slot * T::KV_ELEMS, v_s + slot * T::KV_ELEMS, p, lookup,
+                                                   pk.block_shift, keys.begin + tile * TILE_K, keys.end,
+                                                   threadIdx.x);
   };
-  static_assert((TILE_K * CHUNKS) % T::NUM_THREADS == 0, "every thread issues the same number of copies per tile");
   using Ring = CpAsyncRing<STAGES>;
   const int num_kv_tiles = (keys.end - keys.begin + TILE_K - 1) / TILE_K;
   Ring::prologue(num_kv_tiles, load_kv_tile);
@@ -335,10 +354,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   // fit: with head_dim 256 the output alone takes 128 registers per lane, so
   // there Q is re-read from shared memory at every tile.
   constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
-  auto load_q_fragment = [&](uint32_t(&a)[4], int ks) {
-    const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    ldmatrix_x4(a, q_s + swizzle<HEAD_DIM>(row, 2 * ks + (lane >> 4)));
-  };
+  auto load_q_fragment = [&](uint32_t(&a)[4], int ks) { q_a_fragment<HEAD_DIM>(a, q_s, warp, ks, lane); };
   uint32_t q_regs[Q_IN_REGISTERS ? HEAD_DIM / 16 : 1][4];  // [16-dim slice][a0..a3]
   if constexpr (Q_IN_REGISTERS) {
 #pragma unroll

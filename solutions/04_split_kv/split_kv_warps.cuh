@@ -80,7 +80,7 @@ template <class T, class Slice, class Mask>
 __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
     two_warp_decode_kernel(AttentionParams p, stage03::Packing pk, Slice slice) {
   static_assert(T::ROW_WARPS == 1 && T::KV_WARPS == 2 && T::HEAD_DIM <= 128, "16 rows, keys over 2 warps, Q in registers");
-  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, WARP_K = T::WARP_K, CHUNKS = T::CHUNKS;
+  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, WARP_K = T::WARP_K;
   constexpr int S_TILES = WARP_K / 8, O_TILES = HEAD_DIM / 8;
   bf16* q_s = dynamic_smem<bf16>();          // [16, HEAD_DIM] swizzled
   bf16* k_s = q_s + T::Q_ELEMS;              // [STAGES, TILE_K, HEAD_DIM]: warp w's rows w*WARP_K.., swizzled per warp
@@ -95,24 +95,14 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, 0);
   const stage03::KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
 
-  // This warp's WARP_K rows of K/V tile `tile` -> its half of ring slot `slot`.
+  // This warp's WARP_K rows of K/V tile `tile` -> its half of ring slot `slot`,
+  // copied by its own 32 lanes.
   const KvLookup lookup(p, qt.r, qt.kv_head);
   auto load_kv_rows = [&](int tile, int slot) {
-    bf16* k_dst = k_s + slot * T::KV_ELEMS + key0 * HEAD_DIM;  // [WARP_K, HEAD_DIM]
-    bf16* v_dst = v_s + slot * T::KV_ELEMS + key0 * HEAD_DIM;  // [WARP_K, HEAD_DIM]
-#pragma unroll
-    for (int i = 0; i < WARP_K * CHUNKS / 32; ++i) {
-      const int c = lane + 32 * i;
-      const int j = c / CHUNKS, chunk = c % CHUNKS;
-      const int kv_pos = keys.begin + tile * TILE_K + key0 + j;
-      const bool in_range = kv_pos < keys.end;
-      const size_t head_row = in_range ? lookup.head_row(kv_pos, pk.block_shift, p.kv.num_kv_heads) : 0;
-      const size_t offset = head_row * HEAD_DIM + chunk * 8;
-      cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
-      cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
-    }
+    stage03::copy_kv_rows<HEAD_DIM, WARP_K, 32>(k_s + slot * T::KV_ELEMS + key0 * HEAD_DIM,
+                                                v_s + slot * T::KV_ELEMS + key0 * HEAD_DIM, p, lookup,
+                                                pk.block_shift, keys.begin + tile * TILE_K + key0, keys.end, lane);
   };
-  static_assert((WARP_K * CHUNKS) % 32 == 0, "every lane issues the same number of copies per tile");
   using Ring = CpAsyncRing<T::STAGES>;
   const int num_kv_tiles = (keys.end - keys.begin + TILE_K - 1) / TILE_K;
   Ring::prologue(num_kv_tiles, load_kv_rows);
@@ -121,9 +111,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
 
   uint32_t q_regs[HEAD_DIM / 16][4];  // [16-dim slice][a0..a3], the same 16 rows in both warps
 #pragma unroll
-  for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-    ldmatrix_x4(q_regs[ks], q_s + swizzle<HEAD_DIM>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)));
-  }
+  for (int ks = 0; ks < HEAD_DIM / 16; ++ks) stage03::q_a_fragment<HEAD_DIM>(q_regs[ks], q_s, 0, ks, lane);
   auto q_fragment = [&](uint32_t(&a)[4], int ks) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) a[i] = q_regs[ks][i];

@@ -230,6 +230,11 @@ void check_plan(const SplitPlan& sp, int span_keys, int block_size) {
                  " keys of the longest request");
 }
 
+// Every family's decode tile has one row warp; a token's GROUP_PAD = 2^group_shift
+// rows fit it up to groups of 16.
+constexpr int DECODE_TILE_ROWS = 16;
+constexpr bool fits_decode_tile(int group_shift) { return (1 << group_shift) <= DECODE_TILE_ROWS; }
+
 // The tile of family Tiles that one decode token's GROUP_PAD rows fit: the
 // 16-row decode tile up to groups of 16, the 128-row tile for groups of 17-64
 // (one program per SM instead of PROGRAMS_PER_SM: programs_per_sm()).
@@ -237,7 +242,8 @@ void check_plan(const SplitPlan& sp, int span_keys, int block_size) {
 template <class Tiles, int HEAD_DIM, class F>
 void with_decode_tile(const stage03::Packing& pk, F&& f) {
   using Decode = typename Tiles::template Decode<HEAD_DIM>;
-  if ((1 << pk.group_shift) <= Decode::ROWS) {
+  static_assert(Decode::ROWS == DECODE_TILE_ROWS, "every family's decode tile is one row warp");
+  if (fits_decode_tile(pk.group_shift)) {
     f.template operator()<Decode>();
   } else {
     f.template operator()<typename Tiles::template Prefill<HEAD_DIM>>();
@@ -246,8 +252,8 @@ void with_decode_tile(const stage03::Packing& pk, F&& f) {
 
 // Programs of the decode tile an SM holds at once for this batch's group.
 int programs_per_sm(const AttentionParams& p) {
-  const int group_pad = 1 << stage03::log2_ceil(std::max(1, p.num_q_heads / std::max(1, p.kv.num_kv_heads)));
-  return group_pad <= 16 ? PROGRAMS_PER_SM : 1;
+  const int group = std::max(1, p.num_q_heads / std::max(1, p.kv.num_kv_heads));
+  return fits_decode_tile(stage03::log2_ceil(group)) ? PROGRAMS_PER_SM : 1;
 }
 
 // One decode tile of family Tiles per (split, KV head, request) (a q_len <= 1
