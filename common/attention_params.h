@@ -57,13 +57,19 @@ struct PagedKV {
   int num_blocks;
   int block_size;    // power of two, 1..256
   int num_kv_heads;
-  int head_dim;      // 64, 128 or 256
+  int head_dim;      // a multiple of 16, 16..256 (supported_head_dim)
   KvFormat format = KvFormat::bf16;
   uint8_t* k_codes = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] one byte per element, null for bf16
   uint8_t* v_codes = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] one byte per element, null for bf16
   float* k_scale = nullptr;    // [num_blocks, block_size, num_kv_heads] per (token, KV head), null for bf16
   float* v_scale = nullptr;    // [num_blocks, block_size, num_kv_heads] per (token, KV head), null for bf16
 };
+
+// Head sizes the course's caches and kernels take: rows of 16-byte chunks of
+// bf16 pairs and of 8-bit codes alike, up to 256 values. The tensor-core tiles
+// (stages 03-08) pad a row to 64, 128 or 256 values in shared memory; the cache
+// and q/out keep exactly head_dim values per row.
+constexpr bool supported_head_dim(int head_dim) { return head_dim >= 16 && head_dim <= 256 && head_dim % 16 == 0; }
 
 // Everything an attention launcher receives, passed to kernels by value.
 struct AttentionParams {

@@ -38,8 +38,8 @@ void validate_config(const AttentionConfig& cfg) {
   PA_REQUIRE(cfg.num_q_heads % cfg.num_kv_heads == 0,
              "num_q_heads (" + std::to_string(cfg.num_q_heads) + ") must be a multiple of num_kv_heads (" +
                  std::to_string(cfg.num_kv_heads) + "): each KV head serves a whole group of query heads");
-  PA_REQUIRE(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256,
-             "head_dim " + std::to_string(cfg.head_dim) + " is not supported (64, 128 or 256)");
+  PA_REQUIRE(supported_head_dim(cfg.head_dim), "head_dim " + std::to_string(cfg.head_dim) +
+                                                  " is not supported (a multiple of 16 from 16 to 256)");
   PA_REQUIRE(is_pow2(cfg.block_size) && cfg.block_size <= 256,
              "block_size " + std::to_string(cfg.block_size) + " is not supported (a power of two, 1..256)");
   PA_REQUIRE(cfg.window >= 0, "window must be >= 0 (0 = no window), got " + std::to_string(cfg.window));
