@@ -144,8 +144,8 @@ void write_kv_quantized(const PagedKV& kv, const bf16* k_new, const bf16* v_new,
   PA_REQUIRE(is_quantized(kv.format), "write_kv_quantized: the cache format is bf16; use write_kv");
   PA_REQUIRE(kv.k_codes && kv.v_codes && kv.k_scale && kv.v_scale,
              std::string("write_kv_quantized: a ") + name(kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
-  PA_REQUIRE(kv.head_dim > 0 && kv.head_dim % 32 == 0 && kv.head_dim <= 32 * QUANT_MAX_PER_LANE,
-             "write_kv_quantized: head_dim " + std::to_string(kv.head_dim) + " is not a multiple of 32 up to 256");
+  PA_REQUIRE(supported_head_dim(kv.head_dim) && kv.head_dim <= 32 * QUANT_MAX_PER_LANE,
+             "write_kv_quantized: head_dim " + std::to_string(kv.head_dim) + " is not a multiple of 16 from 16 to 256");
   const dim3 grid(num_tokens), block(32 * QUANT_WARPS);
   if (kv.format == KvFormat::int8) {
     launch(write_kv_quantized_kernel<KvFormat::int8>, grid, block, 0, stream, kv, k_new, v_new, slot_mapping);

@@ -68,6 +68,21 @@ std::vector<Case> stage03_cases() {
   cases.push_back({"Verify3_Group24_D64_Block16", grouped(24, 64, 16), {{3, 50}, {1, 33}, {2, 2}}});
   cases.push_back({"RandomMixed_Group40_D64_Block16", grouped(40, 64, 16), random_mixed_requests(31, 5, 90),
                    BuildOptions{.seed = 31, .padding_rows = 2}});
+  // Head sizes between the tile's 64 / 128 / 256 (Phi-3's 96, 80, 192) run the
+  // next tile up with padded rows; 16 and 32 run the 64-dim tile.
+  cases.push_back({"Milestone_Group4_D96_Block16", grouped(4, 96, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group3_D80_Block1", grouped(3, 80, 1), milestone_requests()});
+  cases.push_back({"Milestone_Group2_D192_Block16", grouped(2, 192, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group16_D96_Block16", grouped(16, 96, 16), milestone_requests()});
+  cases.push_back({"Milestone_Group4_D32_Block16", grouped(4, 32, 16), milestone_requests()});
+  cases.push_back({"Decode_Group4_D96_Block16", grouped(4, 96, 16), decode_requests(3, 77)});
+  cases.push_back({"Decode_Group8_D80_Block64", grouped(8, 80, 64), {{1, 130}, {1, 1}, {1, 64}}});
+  cases.push_back({"Decode_Group5_D192_Block16", grouped(5, 192, 16), decode_requests(2, 45)});
+  cases.push_back({"Decode_Group32_D96_Block16", grouped(32, 96, 16), decode_requests(2, 90)});
+  cases.push_back({"Decode_MHA_D16_Block16", grouped(1, 16, 16), decode_requests(2, 40)});
+  cases.push_back({"LongPromptWithDecodes_Group4_D96", grouped(4, 96, 16), {{150, 150}, {1, 90}, {1, 3}, {20, 180}}});
+  cases.push_back({"DecodePaddingRows_Group4_D80", grouped(4, 80, 16), {{1, 20}, {0, 0}, {1, 5}},
+                   BuildOptions{.seed = 3, .padding_rows = 5}});
   if (kGpuBuild) {
     // Full size on a GPU: a long prompt (many 128-row tiles, heaviest first) beside long decodes.
     cases.push_back({"Gpu_Prompt1024WithDecodes_Qwen3Shape", config(32, 8, 128, 16), {{1024, 1024}, {1, 3000}, {1, 4096}}});

@@ -62,6 +62,14 @@ std::vector<SplitCase> stage04_cases() {
       // (lse -inf, weight 0) and must not disturb the merge.
       {{"ShortBesideLong_Splits8", config(8, 2, 64, 16), {{1, 500}, {1, 3}, {1, 17}, {1, 64}}}, 8},
       {{"ShortBesideLong_Block1_Splits8", config(8, 2, 64, 1), {{1, 300}, {1, 2}}}, 8},
+      // Head sizes between the tile's (padded rows, gqa_shapes.cuh): the partials and the merge
+      // carry head_dim values per row, the tile HEAD_DIM.
+      {{"Group4_D96_Block16_Splits3", config(8, 2, 96, 16), ragged_decodes()}, 3},
+      {{"Group8_D80_Block16_Splits8", config(16, 2, 80, 16), ragged_decodes()}, 8},
+      {{"Group4_D192_Block16_Splits5", config(8, 2, 192, 16), ragged_decodes()}, 5},
+      {{"Group16_D96_Block16_SplitsAuto", config(32, 2, 96, 16), ragged_decodes()}, kAuto},
+      {{"Group32_D80_Block16_Splits3", config(64, 2, 80, 16), ragged_decodes()}, 3},
+      {{"MHA_D96_Block1_Splits1", config(2, 2, 96, 1), ragged_decodes()}, 1},
       // Requests with no query (seq_len 0, q_len 0) and padding rows.
       {{"EmptyRequestsAndPaddingRows_Splits3", config(8, 2, 64, 16), {{0, 0}, {1, 40}, {0, 0}, {1, 9}},
         BuildOptions{.seed = 7, .padding_rows = 3}},

@@ -68,6 +68,16 @@ std::vector<SplitCase> stage05_cases() {
         {{n + "Decodes_Group32_D128_Splits5", qconfig(f, 64, 2, 128, 16), ragged_decodes()}, 5},
         {{n + "Decodes_Group64_D256_Splits1", qconfig(f, 128, 2, 256, 16), ragged_decodes()}, 1},
         {{n + "Milestone_Group64_D64_Block16", qconfig(f, 64, 1, 64, 16), milestone_requests()}, kAuto},
+        // Head sizes between the tile's: code rows of 80, 96 and 192 bytes, the rest of the
+        // tile's row zero codes.
+        {{n + "Milestone_Group4_D96_Block16", qconfig(f, 8, 2, 96, 16), milestone_requests()}, kAuto},
+        {{n + "Milestone_Group3_D80_Block1", qconfig(f, 6, 2, 80, 1), milestone_requests()}, kAuto},
+        {{n + "Milestone_Group2_D192_Block16", qconfig(f, 4, 2, 192, 16), milestone_requests()}, kAuto},
+        {{n + "VerifyBlocks_Group4_D96_DecodeTile", qconfig(f, 8, 2, 96, 16), {{4, 100}, {3, 37}, {1, 20}}}, kAuto},
+        {{n + "Decodes_Group4_D96_Splits3", qconfig(f, 8, 2, 96, 16), ragged_decodes()}, 3},
+        {{n + "Decodes_Group8_D80_Splits1", qconfig(f, 16, 2, 80, 16), ragged_decodes()}, 1},
+        {{n + "Decodes_Group4_D192_Splits5", qconfig(f, 8, 2, 192, 16), ragged_decodes()}, 5},
+        {{n + "Decodes_Group16_D96_Splits3", qconfig(f, 32, 2, 96, 16), ragged_decodes()}, 3},
         // One long request of one KV head: the automatic plan splits it even on a 2-core CPU.
         {{n + "OneLongDecode_MHA_SplitsAuto", qconfig(f, 1, 1, 64, 16), {{1, 1200}}}, kAuto},
         // Requests with no query and padding rows (prefill tile, then split path).

@@ -68,6 +68,12 @@ std::vector<SplitCase> stage06_cases() {
       {{"Fp8_Window20_Milestone", wconfig(8, 2, 128, 16, 20, F::fp8_e4m3), milestone_requests()}, kAuto},
       {{"Int8_Window40_Decodes_Splits3", wconfig(8, 2, 128, 16, 40, F::int8), ragged_decodes()}, 3},
       {{"Fp8_Window5_Block1_Decodes_Splits8", wconfig(8, 2, 64, 1, 5, F::fp8_e4m3), ragged_decodes()}, 8},
+      // Head sizes between the tile's (padded rows): prefill tiles and split decodes, bf16 and 8-bit.
+      {{"Window20_Milestone_Group4_D96", wconfig(8, 2, 96, 16, 20), milestone_requests()}, kAuto},
+      {{"Window40_Decodes_Group4_D80_Splits3", wconfig(8, 2, 80, 16, 40), ragged_decodes()}, 3},
+      {{"Window37_Decodes_Group2_D192_Splits5", wconfig(4, 2, 192, 16, 37), ragged_decodes()}, 5},
+      {{"Int8_Window20_Milestone_D96", wconfig(8, 2, 96, 16, 20, F::int8), milestone_requests()}, kAuto},
+      {{"Fp8_Window40_Decodes_D192_Splits3", wconfig(8, 2, 192, 16, 40, F::fp8_e4m3), ragged_decodes()}, 3},
   };
   // Windows near INT_MAX (no context reaches them): window + block_size - 1 and
   // the window's first key must not wrap in 32 bits. Forced splits 2 and 5 and

@@ -169,6 +169,11 @@ std::vector<CascadeCase> stage07_cases() {
       {{"Prefix37_Decodes_Group8_D128", config(16, 2, 128, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
       {{"Prefix37_Decodes_Group4_D256", config(8, 2, 256, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
       {{"Prefix32_Decodes_Group8_D256", config(16, 2, 256, 16), decodes(3, 32, 1)}, {{{0, 1, 2}, 32}}, kCascade},
+      // Head sizes between the tile's (padded rows): partials and merges carry head_dim values.
+      {{"Prefix37_Decodes_Group4_D96", config(8, 2, 96, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
+      {{"Prefix37_Decodes_Group2_D80", config(4, 2, 80, 16), decodes(3, 37, 300)}, {{{0, 1, 2}, 37}}, kCascade},
+      {{"Prefix37_PrefillChunks_Group4_D192", config(8, 2, 192, 16), chunks(3, 37, 11, 5)}, {{{0, 1, 2}, 37}},
+       kCascade},
       // Groups wider than 8: 16 rows per token, and 32 / 64, wider than the decode tile.
       {{"Prefix37_Decodes_Group16_D64", config(32, 2, 64, 16), decodes(4, 37, 11)}, {{{0, 1, 2, 3}, 37}}, kCascade},
       {{"Prefix37_Decodes_Group32_D128", config(64, 2, 128, 16), decodes(3, 37, 11)}, {{{0, 1, 2}, 37}}, kCascade},

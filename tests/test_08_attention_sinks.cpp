@@ -277,6 +277,12 @@ std::vector<SinkCase> stage08_cases() {
       {{"GptOss_SinkTokens4_Window128_Decodes_SplitsAuto", windowed(64, 8, 64, 16, 128, 4),
         {{1, 300}, {1, 133}, {1, 132}, {1, 131}, {1, 50}}},
        S::randn, kAuto},
+      // Head sizes between the tile's (padded rows), on whole tiles and on split decodes.
+      {{"Randn_Milestone_Group4_D96", config(8, 2, 96, 16), milestone_requests()}, S::randn, kAuto},
+      {{"Randn_Decodes_Group4_D80_Splits3", config(8, 2, 80, 16), ragged_decodes()}, S::randn, 3},
+      {{"Randn_Milestone_Group2_D192", config(4, 2, 192, 16), milestone_requests()}, S::randn, kAuto},
+      {{"SinkTokens4_Window40_Decodes_D96_Splits3", windowed(8, 2, 96, 16, 40, 4), sink_token_decodes(40, 4)},
+       S::randn, 3},
       {{"GptOss_SinkTokens4_Window128_Mixed", windowed(64, 8, 64, 16, 128, 4), {{40, 300}, {1, 260}, {150, 150}}},
        S::randn, kAuto},
   };

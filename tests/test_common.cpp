@@ -76,7 +76,11 @@ TEST(Validate, HeadsNotAMultiple) {
 }
 
 TEST(Validate, UnsupportedHeadDim) {
-  expect_error([&] { validate_config(config(8, 2, 96, 16)); }, "head_dim 96 is not supported");
+  // Rows are whole 16-byte chunks of 8-bit codes, at most 256 values.
+  expect_error([&] { validate_config(config(8, 2, 72, 16)); }, "head_dim 72 is not supported");
+  expect_error([&] { validate_config(config(8, 2, 320, 16)); }, "head_dim 320 is not supported");
+  expect_error([&] { validate_config(config(8, 2, 0, 16)); }, "head_dim 0 is not supported");
+  validate_config(config(8, 2, 96, 16));  // Phi-3's 96, and 80 and 192, are served
 }
 
 TEST(Validate, BlockSizeNotAPowerOfTwo) {

@@ -57,6 +57,20 @@ struct PrefillShape {
   static constexpr int STAGES = 3, MIN_PROGRAMS_PER_SM = 1;
 };
 
+// A tile's rows hold HEAD_DIM = 64, 128 or 256 values: the swizzle needs 8
+// chunks of 16 bytes per row, and the fragment loops run over whole 64-dim
+// groups. A head_dim between those (80, 96 of Phi-3, 192) runs the next tile up
+// with its last dims padded: q, K and V are read for head_dim values only and
+// the rest of each shared row is zero-filled, so the padding adds 0 to every
+// score and its output dims are never stored. The bytes read are the cache's
+// own; the MMAs do HEAD_DIM / head_dim times the work, which decode (memory
+// bound) hides.
+inline int tile_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
+inline std::string head_dim_refusal(int head_dim) {
+  return "head_dim " + std::to_string(head_dim) + " is not supported (a multiple of 16 from 16 to 256)";
+}
+
 // Kernel arguments derived on the host once per launch (checked_packing()).
 struct Packing {
   int group;         // query heads per KV head, 1..MAX_GROUP
@@ -87,8 +101,7 @@ inline Packing checked_packing(const AttentionParams& p, const char* stage) {
                  std::to_string(p.kv.num_kv_heads) + ")");
   PA_REQUIRE(p.kv.block_size >= 1 && (p.kv.block_size & (p.kv.block_size - 1)) == 0,
              who + ": block_size " + std::to_string(p.kv.block_size) + " is not a power of two");
-  PA_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
-             who + ": head_dim " + std::to_string(p.kv.head_dim) + " is not supported (64, 128, 256)");
+  PA_REQUIRE(supported_head_dim(p.kv.head_dim), who + ": " + head_dim_refusal(p.kv.head_dim));
   return Packing{group, log2_ceil(group), log2_ceil(p.kv.block_size), p.softmax_scale * LOG2E};
 }
 

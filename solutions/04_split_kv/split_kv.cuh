@@ -94,9 +94,10 @@ struct Splits {
       return;
     }
     const size_t part_row = static_cast<size_t>(blockIdx.x) * p.batch.num_tokens * p.num_q_heads + q_row;
-    float* o_row = part_o + part_row * (8 * O_TILES);  // [HEAD_DIM]
+    float* o_row = part_o + part_row * p.kv.head_dim;  // [head_dim]
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) {
+      if (8 * j >= p.kv.head_dim) break;  // the tile's padding dims
       *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
     }
     if (t4 == 0) part_lse[part_row] = lse;
@@ -112,6 +113,7 @@ struct Splits {
 // decode row. Thread (split lane, chunk) owns 4 dims and the splits
 // split_lane, split_lane + SPLIT_LANES, ...; it loads BATCH splits before
 // merging them so their loads overlap; the split lanes merge in shared memory.
+// HEAD_DIM is the tile's row length: chunks past head_dim merge zeros and store nothing.
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionParams p, Splits part) {
   constexpr int CHUNKS = HEAD_DIM / 4;                 // float4 per row: 16, 32, 64
@@ -125,6 +127,8 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
   const int row = p.batch.query_start_loc[r];
   if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row: nothing to merge
   const int split_lane = threadIdx.x / CHUNKS, chunk = threadIdx.x % CHUNKS;
+  const int dims = p.kv.head_dim;
+  const bool real_dims = chunk * 4 < dims;  // (dims is a multiple of 16)
   const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;                    // row of [num_tokens * Hq]
   const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;  // rows per split
 
@@ -142,7 +146,8 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
       const int s = s0 + b * SPLIT_LANES;
       const size_t part_row = min(s, part.num_splits - 1) * split_stride + q_row;
       lse_b[b] = part.part_lse[part_row];
-      o_b[b] = *reinterpret_cast<const float4*>(part.part_o + part_row * HEAD_DIM + chunk * 4);
+      o_b[b] = real_dims ? *reinterpret_cast<const float4*>(part.part_o + part_row * dims + chunk * 4)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (s >= part.num_splits) lse_b[b] = -INFINITY;
     }
 #pragma unroll
@@ -174,8 +179,9 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
   }
   // All splits empty cannot happen for a decode row (seq_len >= 1), but the
   // empty-state rule would still give exact zeros and lse -inf.
+  if (!real_dims) return;
   const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * HEAD_DIM + chunk * 4);
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + chunk * 4);
   dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
   dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
   if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();

@@ -26,6 +26,7 @@
 // Stage 05 builds on the reference solutions of stages 03 and 04.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/04_split_kv/split_kv_invariant.cuh"
 
 namespace pa::stage05 {
 namespace {
@@ -95,12 +96,13 @@ struct CodeTiles {
   float* v_scale;    // [STAGES, TILE_K]
   // The cache (copied out of the kernel's parameters: a pointer to them would
   // make the compiler copy the whole struct to local memory).
-  const uint8_t* k_src;  // [num_slots, Hkv, HEAD_DIM] codes
-  const uint8_t* v_src;  // [num_slots, Hkv, HEAD_DIM] codes
+  const uint8_t* k_src;  // [num_slots, Hkv, head_dim] codes (head_dim <= HEAD_DIM: the rest of a tile row is padding)
+  const uint8_t* v_src;  // [num_slots, Hkv, head_dim] codes
   const float* k_scale_src;  // [num_slots * Hkv]
   const float* v_scale_src;  // [num_slots * Hkv]
   KvLookup lookup;
   int block_shift, num_kv_heads;
+  int dims;  // head_dim: a row's bytes in the cache; chunks past it are zero-filled (code 0 is the value 0)
   KeyRange keys;
   int copier, copy_row0;  // this thread's index among the copiers, and their first row of a tile
   int next_entry;         // decode tiles: this lane's block entry of the next tile to load
@@ -118,6 +120,7 @@ struct CodeTiles {
         lookup(lookup_),
         block_shift(block_shift_),
         num_kv_heads(p_.kv.num_kv_heads),
+        dims(p_.kv.head_dim),
         keys(keys_),
         copier(WARP_PRIVATE ? lane : static_cast<int>(threadIdx.x)),
         copy_row0(WARP_PRIVATE ? key0 : 0),
@@ -131,22 +134,24 @@ struct CodeTiles {
 
   // Tile `tile` -> ring slot `slot`. Keys at or past keys.end get code 0 AND
   // scale 0 (both zero-filled): their slots may hold NaN, and 0 * NaN = NaN.
+  // Chunks past head_dim (the tile's padding) get code 0: they meet zero queries.
   __device__ __forceinline__ void copy(int tile, int slot, int entry) {
     uint8_t* k_dst = k_codes + slot * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
     uint8_t* v_dst = v_codes + slot * T::KV_ELEMS;  // [TILE_K, HEAD_DIM]
     const int chunk = copier % CODE_CHUNKS;
+    const bool real_chunk = chunk * 16 < dims;
     const int tile_pos = keys.begin + tile * TILE_K;  // the tile's first key
     [[maybe_unused]] uint32_t own_slot = 0;           // decode tiles: the slot of this lane's row
     if constexpr (WARP_PRIVATE) {
       own_slot = KvLookup::slot(entry, tile_pos + copy_row0 + copier % COPY_ROWS, block_shift);
-      const uint32_t slot_bytes = static_cast<uint32_t>(num_kv_heads) * HEAD_DIM;  // codes of one slot, all heads
-      const size_t fixed = static_cast<size_t>(lookup.kv_head) * HEAD_DIM + chunk * 16;  // this head's row, this chunk
+      const uint32_t slot_bytes = static_cast<uint32_t>(num_kv_heads) * dims;  // codes of one slot, all heads
+      const size_t fixed = static_cast<size_t>(lookup.kv_head) * dims + chunk * 16;  // this head's row, this chunk
 #pragma unroll
       for (int i = 0; i < COPIES; ++i) {
         const int j = copy_row0 + i * ROWS_PER_COPY + copier / CODE_CHUNKS;
         const uint32_t s = __shfl_sync(0xffffffffu, own_slot, j - copy_row0);  // (every lane takes part)
-        const bool in_range = tile_pos + j < keys.end;
-        const size_t offset = static_cast<size_t>(s) * slot_bytes + fixed;  // bytes from the codes' base
+        const bool in_range = tile_pos + j < keys.end && real_chunk;
+        const size_t offset = in_range ? static_cast<size_t>(s) * slot_bytes + fixed : 0;  // bytes from the codes' base
         cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), k_src + offset, in_range);
         cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), v_src + offset, in_range);
       }
@@ -155,8 +160,8 @@ struct CodeTiles {
 #pragma unroll
       for (int i = 0; i < COPIES; ++i) {
         const int j = i * ROWS_PER_COPY + copier / CODE_CHUNKS;
-        const bool in_range = tile_pos + j < keys.end;
-        const size_t offset = (in_range ? lookup.head_row(tile_pos + j, block_shift, num_kv_heads) : 0) * HEAD_DIM + chunk * 16;
+        const bool in_range = tile_pos + j < keys.end && real_chunk;
+        const size_t offset = in_range ? lookup.head_row(tile_pos + j, block_shift, num_kv_heads) * dims + chunk * 16 : 0;
         cp_async_16(k_dst + k_code_offset<HEAD_DIM>(j, chunk), k_src + offset, in_range);
         cp_async_16(v_dst + v_code_offset<HEAD_DIM>(j, chunk), v_src + offset, in_range);
       }
@@ -596,7 +601,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const int key0 = kv_warp * WARP_K;
 
   stage03::QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile())) return;
+  if (!qt.init<T>(p, pk, slice.query_tile()) || !stage03::serves(slice, qt.q_len)) return;
   stage03::load_q_tile<T>(q_s, p, pk, qt);
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, row_warp);
   const KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
@@ -682,10 +687,17 @@ static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
 // Serves any batch with a tile family and a mask: decode-only batches that the
 // split plan splits (or any forced split count 1..64) take stage 04's splits,
 // everything else whole query tiles. span_keys: the keys the longest request
-// reads (stage 06: its window's span). Stage 06 reuses this.
+// reads (stage 06: its window's span). Stage 06 reuses this. In stage 04's
+// batch-invariant mode: decodes take its fixed-size splits, everything else
+// whole 128-row tiles, whatever the batch.
 template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, int num_splits,
                          int span_keys, const Adapt& adapt = {}) {
+  if (p.batch_invariant) {
+    stage04::require_invariant_split_request(p, num_splits);
+    stage04::forward_invariant<Tiles, Mask>(p, pk, stream, span_keys, adapt);
+    return;
+  }
   const bool decode_only = stage04::check_split_request(p, num_splits);
   if (num_splits > 0 || (decode_only && stage04::plan_rule(p, stage04::sm_count(), span_keys).num_splits > 1)) {
     stage04::forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);

@@ -168,12 +168,15 @@ struct WholeContext {
   // Where a finished row goes: this lane's part of row q_row (of [num_tokens *
   // Hq]) is dims 8j + 2 t4 and 8j + 2 t4 + 1, held in o[j][2 half] and
   // o[j][2 half + 1] (the MMA accumulator layout), still to be scaled by inv_l.
+  // Dims from head_dim on are the tile's padding (gqa_shapes.cuh) and not stored.
   template <int O_TILES>
   __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
                                             int half, int t4, float inv_l, float lse) const {
-    bf16* out_row = p.out + q_row * (8 * O_TILES);  // [HEAD_DIM]
+    const int dims = p.kv.head_dim;
+    bf16* out_row = p.out + q_row * dims;  // [head_dim]
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) {
+      if (8 * j >= dims) break;
       *reinterpret_cast<__nv_bfloat162*>(out_row + 8 * j + 2 * t4) =
           __floats2bfloat162_rn(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
     }
@@ -181,17 +184,33 @@ struct WholeContext {
   }
 };
 
+// Whether the program of a request with q_len queries runs at all. A Slice may
+// answer with serves(q_len); one that does not (WholeContext) serves every
+// request. Stage 04's batch-invariant mode runs a mixed batch as two launches
+// whose programs each serve their own requests.
+template <class Slice>
+__device__ __forceinline__ bool serves(const Slice& slice, int q_len) {
+  if constexpr (requires { slice.serves(q_len); }) {
+    return slice.serves(q_len);
+  } else {
+    return true;
+  }
+}
+
 // Q tile -> shared memory [ROWS, HEAD_DIM] (swizzled), as one cp.async group.
 // Rows that are not real are zero-filled (nothing is read): their scores are 0,
-// finite, and they are never written.
+// finite, and they are never written. So are the padding dims of a head_dim
+// below the tile's HEAD_DIM: zero queries there make the padding add nothing.
 template <class T>
 __device__ __forceinline__ void load_q_tile(bf16* q_s, const AttentionParams& p, const Packing& pk,
                                             const QueryTile& qt) {
+  const int dims = p.kv.head_dim;  // q's row length: HEAD_DIM or less
   for (int c = threadIdx.x; c < T::ROWS * T::CHUNKS; c += T::NUM_THREADS) {
     const int m = c / T::CHUNKS, chunk = c % T::CHUNKS;
     const QueryTile::Row row = qt.row(pk, m);
-    const bf16* src = row.real ? p.q + qt.q_row(p, pk, row) * T::HEAD_DIM + chunk * 8 : p.q;
-    cp_async_16(q_s + swizzle<T::HEAD_DIM>(m, chunk), src, row.real);
+    const bool read = row.real && chunk * 8 < dims;
+    const bf16* src = read ? p.q + qt.q_row(p, pk, row) * dims + chunk * 8 : p.q;
+    cp_async_16(q_s + swizzle<T::HEAD_DIM>(m, chunk), src, read);
   }
   cp_async_commit();
 }
@@ -207,7 +226,8 @@ __device__ __forceinline__ void row_positions(const QueryTile& qt, const Packing
 // 16 bytes per copy, copied by NUM_COPIERS threads (this one is `copier`), each
 // key's row found through the block table. Keys at or past keys_end are
 // zero-filled: the slots past seq_len may hold anything (NaN in the tests), and
-// 0 * NaN = NaN.
+// 0 * NaN = NaN. So are the padding dims past head_dim: the zero queries there
+// must not meet stale shared memory.
 template <int HEAD_DIM, int ROWS, int NUM_COPIERS>
 __device__ __forceinline__ void copy_kv_rows(bf16* k_dst, bf16* v_dst, const AttentionParams& p,
                                              const KvLookup& lookup, int block_shift, int first, int keys_end,
@@ -219,9 +239,9 @@ __device__ __forceinline__ void copy_kv_rows(bf16* k_dst, bf16* v_dst, const Att
     const int c = copier + i * NUM_COPIERS;
     const int j = c / CHUNKS, chunk = c % CHUNKS;
     const int kv_pos = first + j;
-    const bool in_range = kv_pos < keys_end;
+    const bool in_range = kv_pos < keys_end && chunk * 8 < p.kv.head_dim;
     const size_t head_row = in_range ? lookup.head_row(kv_pos, block_shift, p.kv.num_kv_heads) : 0;
-    const size_t offset = head_row * HEAD_DIM + chunk * 8;  // elements from the cache base
+    const size_t offset = in_range ? head_row * p.kv.head_dim + chunk * 8 : 0;  // elements from the cache base
     cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
     cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
   }
@@ -304,7 +324,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const int g = lane / 4, t4 = lane % 4;  // MMA fragment coordinates: this lane holds rows g and g + 8
 
   QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile())) return;
+  if (!qt.init<T>(p, pk, slice.query_tile()) || !serves(slice, qt.q_len)) return;
   load_q_tile<T>(q_s, p, pk, qt);
   const WarpKeys wk = warp_keys(qt, pk, warp);
   // The keys this program reads, [kv_begin, kv_end): all of [0, tile_kv_end) in
@@ -436,14 +456,15 @@ void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStr
   }
 }
 
-// head_dim as a template argument: f.template operator()<HEAD_DIM>().
+// The tile's row length for head_dim as a template argument:
+// f.template operator()<HEAD_DIM>() with HEAD_DIM = tile_head_dim(head_dim).
 template <class F>
 void with_head_dim(int head_dim, F&& f) {
-  switch (head_dim) {
+  PA_REQUIRE(supported_head_dim(head_dim), head_dim_refusal(head_dim));
+  switch (tile_head_dim(head_dim)) {
     case 64: f.template operator()<64>(); break;
     case 128: f.template operator()<128>(); break;
-    case 256: f.template operator()<256>(); break;
-    default: throw Error("head_dim " + std::to_string(head_dim) + " is not supported (64, 128, 256)");
+    default: f.template operator()<256>(); break;
   }
 }
 

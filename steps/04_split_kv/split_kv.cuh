@@ -95,6 +95,7 @@ struct Splits {
 // decode row. Thread (split lane, chunk) owns 4 dims and the splits
 // split_lane, split_lane + SPLIT_LANES, ...; it loads BATCH splits before
 // merging them so their loads overlap; the split lanes merge in shared memory.
+// HEAD_DIM is the tile's row length: chunks past head_dim merge zeros and store nothing.
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionParams p, Splits part) {
   constexpr int CHUNKS = HEAD_DIM / 4;                 // float4 per row: 16, 32, 64
@@ -108,6 +109,8 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
   const int row = p.batch.query_start_loc[r];
   if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row: nothing to merge
   const int split_lane = threadIdx.x / CHUNKS, chunk = threadIdx.x % CHUNKS;
+  const int dims = p.kv.head_dim;
+  const bool real_dims = chunk * 4 < dims;  // (dims is a multiple of 16)
   const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;                    // row of [num_tokens * Hq]
   const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;  // rows per split
 
@@ -134,8 +137,9 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
   }
   // All splits empty cannot happen for a decode row (seq_len >= 1), but the
   // empty-state rule would still give exact zeros and lse -inf.
+  if (!real_dims) return;
   const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * HEAD_DIM + chunk * 4);
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + chunk * 4);
   dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
   dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
   if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();

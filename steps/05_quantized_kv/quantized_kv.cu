@@ -90,8 +90,8 @@ void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int
   PA_REQUIRE(is_quantized(kv.format), "stage05::write_kv quantizes into an 8-bit cache; this one is bf16");
   PA_REQUIRE(kv.k_codes && kv.v_codes && kv.k_scale && kv.v_scale,
              std::string("stage05::write_kv: a ") + name(kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
-  PA_REQUIRE(kv.head_dim > 0 && kv.head_dim % 32 == 0 && kv.head_dim <= 32 * MAX_PER_LANE,
-             "stage05::write_kv: head_dim " + std::to_string(kv.head_dim) + " is not a multiple of 32 up to 256");
+  PA_REQUIRE(supported_head_dim(kv.head_dim) && kv.head_dim <= 32 * MAX_PER_LANE,
+             "stage05::write_kv: head_dim " + std::to_string(kv.head_dim) + " is not a multiple of 16 from 16 to 256");
   if (num_tokens > 0) {
     const dim3 grid(num_tokens), block(32 * WRITE_WARPS);
     if (kv.format == KvFormat::int8) {

@@ -61,9 +61,10 @@ struct PrefixSplits {
                                             int half, int t4, float inv_l, float lse) const {
     const size_t part_row =
         static_cast<size_t>(blockIdx.x / num_query_tiles) * p.batch.num_tokens * p.num_q_heads + q_row;
-    float* o_row = part_o + part_row * (8 * O_TILES);  // [HEAD_DIM]
+    float* o_row = part_o + part_row * p.kv.head_dim;  // [head_dim]
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) {
+      if (8 * j >= p.kv.head_dim) break;  // the tile's padding dims
       *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
     }
     if (t4 == 0) part_lse[part_row] = lse;
@@ -80,7 +81,8 @@ struct PrefixPartials {
   int num_gathered;             // gathered tokens
 
   // Merges the partials of batch row q_row (token * Hq + head) into acc, whose
-  // N values are dims dim(i) of the row. Rows that are not cascaded are left alone.
+  // N values are dims dim(i) of the row (dims from head_dim on, a tile's
+  // padding, merge as 0). Rows that are not cascaded are left alone.
   template <int N, class Dim>
   __device__ __forceinline__ void merge_into(SoftmaxState<N>& acc, size_t q_row, int num_q_heads, int head_dim,
                                              Dim dim) const {
@@ -121,7 +123,7 @@ struct SuffixMerge {
     for (int j = 0; j < O_TILES; ++j) mine[2 * j] = o[j][2 * half] * inv_l, mine[2 * j + 1] = o[j][2 * half + 1] * inv_l;
     SoftmaxState<N> acc = SoftmaxState<N>::partial(lse, mine);
     auto dim = [t4](int i) { return 8 * (i >> 1) + 2 * t4 + (i & 1); };
-    prefix.merge_into(acc, q_row, p.num_q_heads, 8 * O_TILES, dim);
+    prefix.merge_into(acc, q_row, p.num_q_heads, p.kv.head_dim, dim);
     float merged[O_TILES][4] = {};  // back in the accumulator layout, row `half`
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) merged[j][2 * half] = acc.o[2 * j], merged[j][2 * half + 1] = acc.o[2 * j + 1];
@@ -141,7 +143,8 @@ struct SuffixSplits : stage04::Splits {
 };
 
 // Program (request r, query head h) of a decode batch: merges r's suffix splits
-// and, when r is cascaded, its prefix partials, thread i owning dims 4i..4i+3.
+// and, when r is cascaded, its prefix partials, thread i owning dims 4i..4i+3
+// (HEAD_DIM: the tile's row; threads past head_dim merge zeros and store nothing).
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionParams p, stage04::Splits suffix,
                                                                      PrefixPartials prefix) {
@@ -150,17 +153,21 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionPa
   if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row
   const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;
   const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;
+  const int dims = p.kv.head_dim;
+  const bool real_dims = 4 * chunk < dims;
   SoftmaxState<4> acc;
   acc.init();
   for (int s = 0; s < suffix.num_splits; ++s) {
     const size_t part_row = s * split_stride + q_row;
-    const float4 v = *reinterpret_cast<const float4*>(suffix.part_o + part_row * HEAD_DIM + 4 * chunk);
+    const float4 v = real_dims ? *reinterpret_cast<const float4*>(suffix.part_o + part_row * dims + 4 * chunk)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float o[4] = {v.x, v.y, v.z, v.w};
     acc.merge(SoftmaxState<4>::partial(suffix.part_lse[part_row], o));
   }
-  prefix.merge_into(acc, q_row, p.num_q_heads, HEAD_DIM, [chunk](int i) { return 4 * chunk + i; });
+  prefix.merge_into(acc, q_row, p.num_q_heads, dims, [chunk](int i) { return 4 * chunk + i; });
+  if (!real_dims) return;
   const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * HEAD_DIM + 4 * chunk);
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + 4 * chunk);
   dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
   dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
   if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
@@ -237,7 +244,7 @@ void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c,
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
     if (c.num_groups > 0) {
       // The cascaded queries as one batch of one "request" per group, placed after its prefix.
-      const int row_elems = p.num_q_heads * HEAD_DIM;
+      const int row_elems = p.num_q_heads * p.kv.head_dim;
       launch(gather_queries_kernel, dim3(c.num_tokens), dim3(std::min(256, row_elems / 8)), 0, stream, p.q,
              const_cast<bf16*>(c.q.data()), c.gather_rows.data(), row_elems);
       AttentionParams pg = p;
