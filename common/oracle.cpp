@@ -77,18 +77,46 @@ OracleResult reference_attention(const Problem& p, KvSource source) {
   res.out.assign(static_cast<size_t>(m.num_tokens) * Hq * D, 0.0);
   res.lse.assign(static_cast<size_t>(m.num_tokens) * Hq, -std::numeric_limits<double>::infinity());
 
-  // One work item per request; items write disjoint rows, so threads need no
-  // locking. GPU-sized batches would take tens of seconds on one core.
+  // Work items write disjoint rows, so threads need no locking. A prefill
+  // chunk of thousands of queries would keep one core busy for minutes, so an
+  // item is (request, query head, 32 queries); each request's logical K/V is
+  // built once, first, and shared by its items.
   const int R = m.num_requests();
-  auto work = [&](int r) {
+  auto parallel_for = [](int n, const auto& body) {
+    const int num_threads = std::max(1, std::min<int>(n, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (int w = 0; w < num_threads; ++w) {
+      pool.emplace_back([&, w] {
+        for (int item = w; item < n; item += num_threads) body(item);
+      });
+    }
+    for (auto& th : pool) th.join();
+  };
+  std::vector<std::vector<float>> ks(R), vs(R);  // [seq_len, Hkv, D] per request
+  parallel_for(R, [&](int r) {
+    if (m.q_len(r) == 0) return;
+    ks[r] = logical_kv(p, r, false, source);
+    vs[r] = logical_kv(p, r, true, source);
+  });
+  constexpr int QUERIES_PER_ITEM = 32;
+  struct Item {
+    int r, h, i_begin, i_end;
+  };
+  std::vector<Item> items;
+  for (int r = 0; r < R; ++r) {
+    for (int h = 0; h < Hq; ++h) {
+      for (int i = 0; i < m.q_len(r); i += QUERIES_PER_ITEM) items.push_back({r, h, i, std::min(m.q_len(r), i + QUERIES_PER_ITEM)});
+    }
+  }
+  parallel_for(static_cast<int>(items.size()), [&](int item) {
+    const auto [r, h, i_begin, i_end] = items[item];
     const int seq_len = m.seq_lens[r], q_len = m.q_len(r);
-    if (q_len == 0) return;
-    const std::vector<float> k = logical_kv(p, r, false, source), v = logical_kv(p, r, true, source);
+    const std::vector<float>& k = ks[r];
+    const std::vector<float>& v = vs[r];
     std::vector<double> s;  // scores of the visible keys, then their weights
     std::vector<int> keys;  // positions of the visible keys, ascending
-    for (int h = 0; h < Hq; ++h) {
     const int kvh = h / group;
-    for (int i = 0; i < q_len; ++i) {
+    for (int i = i_begin; i < i_end; ++i) {
       const int t = m.query_start_loc[r] + i;
       const int q_pos = seq_len - q_len + i;
       // Visible keys: the sink tokens before the window, then the window itself.
@@ -120,17 +148,7 @@ OracleResult reference_attention(const Problem& p, KvSource source) {
       }
       res.lse[static_cast<size_t>(t) * Hq + h] = mx + std::log(denom);
     }
-    }
-  };
-  const int items = R;
-  const int num_threads = std::max(1, std::min<int>(items, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int w = 0; w < num_threads; ++w) {
-    pool.emplace_back([&, w] {
-      for (int item = w; item < items; item += num_threads) work(item);
-    });
-  }
-  for (auto& th : pool) th.join();
+  });
   return res;
 }
 
