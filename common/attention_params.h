@@ -86,6 +86,15 @@ struct AttentionParams {
                        //   multiplied by softmax_scale), or null (stage 08)
   int sink_tokens = 0;  // with a window: the first sink_tokens positions stay visible to every query
                         //   (StreamingLLM's attention sinks, stage 08); 0 = none
+  // Checked launch (common/checked_launch.h): before its attention kernels the launcher validates
+  // the device copy of `batch` (block ids each request reads, query starts, lengths, the host-side
+  // bounds) and throws pa::Error naming the first bad item. Costs one small kernel and a host sync
+  // per launch; off, the device metadata is trusted as it stands (a bad block id reads out of bounds).
+  bool checked = false;
+  // Batch-invariant mode (stage 04's "going further"): each request's out and lse are bitwise the
+  // same whatever batch it runs in. Stages 04, 05, 06 and 08 honour it (01 and 02 are invariant
+  // anyway); 03 and 07 refuse it.
+  bool batch_invariant = false;
 };
 
 }  // namespace pa

@@ -141,6 +141,7 @@ DeviceBatch::DeviceBatch(const Problem& p, cudaStream_t stream) {
   a.window = p.cfg.window;
   a.sinks = p.cfg.with_sinks ? sinks.data() : nullptr;
   a.sink_tokens = p.cfg.sink_tokens;
+  a.checked = true;
 
   if (quantized && !values) fill_random_quantized(p.num_blocks * c.block_size, stream);
   if (values && m.num_tokens > 0) {

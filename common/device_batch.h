@@ -18,7 +18,13 @@ class DeviceBatch {
   // uploads, runs the write path and poisons out/lse with NaN.
   explicit DeviceBatch(const Problem& p, cudaStream_t stream = nullptr);
 
+  // The launchers' inputs. Checked launches (AttentionParams::checked) are on
+  // for every batch built here, which is how the tests get them: a launcher
+  // then re-validates the device copy of the metadata before its kernels.
+  // Benchmarks turn them off (set_checked(false)), except the case that
+  // measures their cost.
   AttentionParams params() const { return params_; }
+  void set_checked(bool on) { params_.checked = on; }
   void poison_outputs();                 // out, lse := NaN (every element must be written)
   std::vector<float> out_host() const;   // [num_tokens, num_q_heads, head_dim]
   std::vector<float> lse_host() const;   // [num_tokens, num_q_heads]

@@ -6,6 +6,7 @@
 // times (read for the gather, written, read again), there are two launches per
 // request, and each query head reads its KV head's keys and values again.
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
 #include "common/reduce.cuh"
@@ -108,6 +109,8 @@ __global__ void naive_attention_kernel(const bf16* __restrict__ q,  // [q_len, H
 void forward(const AttentionParams& p, const BatchMeta& meta, Workspace& ws, cudaStream_t stream) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 01 implements plain causal attention: no sliding window, no sinks");
+  // Each request is computed on its own, so it is batch-invariant as it stands (p.batch_invariant needs nothing).
+  check_device_batch(p, "stage 01", stream);
   const int Hkv = p.kv.num_kv_heads, D = p.kv.head_dim;
   ws.k.resize(static_cast<size_t>(std::max(meta.max_seq_len, 1)) * Hkv * D);
   ws.v.resize(ws.k.size());

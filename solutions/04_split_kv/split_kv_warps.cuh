@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const int key0 = warp * WARP_K;  // this warp's first key of every tile
 
   stage03::QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile())) return;
+  if (!qt.init<T>(p, pk, slice.query_tile()) || !stage03::serves(slice, qt.q_len)) return;
   stage03::load_q_tile<T>(q_s, p, pk, qt);
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, 0);
   const stage03::KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);

@@ -19,6 +19,7 @@
 #include "cascade.cuh"
 #include "solutions/04_split_kv/split_kv_warps.cuh"
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
@@ -131,6 +132,9 @@ Path choose_path(const AttentionParams& p, int members, int prefix_len, int quer
 }
 
 Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force) {
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 07: cascade has no batch-invariant mode: its prefix pass runs a request's queries with the "
+             "rest of its group, so its bits depend on the group by design; use stages 04-06 or 08 for that");
   PA_REQUIRE(p.window == 0, "stage 07: cascade with a sliding window is not supported (the prefix pass would need "
                             "each member's window); run windowed batches through stage 06");
   PA_REQUIRE(force >= -1 && force <= 1, "stage 07: force is -1 (cost model), 0 (plain) or 1 (cascade)");
@@ -232,6 +236,10 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
 
 void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream) {
   const Packing pk = stage03::checked_packing(p, "07");
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 07: cascade has no batch-invariant mode: its prefix pass runs a request's queries with the "
+             "rest of its group, so its bits depend on the group by design; use stages 04-06 or 08 for that");
+  check_device_batch(p, "stage 07", stream);
   PA_REQUIRE(p.window == 0, "stage 07: no sliding window (see plan())");
   PA_REQUIRE(p.sinks == nullptr, "stage 07 implements causal attention without sinks (stage 08 adds them)");
   PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),

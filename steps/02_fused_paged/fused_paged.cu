@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
@@ -128,6 +129,9 @@ void validate(const AttentionParams& p) {
 
 void forward(const AttentionParams& p, cudaStream_t stream) {
   validate(p);
+  // A program's keys and query rows are its own request's, so stage 02 is batch-invariant as it
+  // stands (p.batch_invariant needs nothing).
+  check_device_batch(p, "stage 02", stream);
   const dim3 grid(p.batch.num_requests, (p.batch.max_query_len + BLOCK_Q - 1) / BLOCK_Q, p.num_q_heads);
   switch (p.kv.head_dim) {
     case 64: launch(fused_paged_kernel<64>, grid, dim3(NUM_THREADS), 0, stream, p); break;

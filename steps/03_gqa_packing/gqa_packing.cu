@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/stages.h"
 #include "common/todo.cuh"
 #include "gqa_packing.cuh"
@@ -20,6 +21,10 @@ void forward(const AttentionParams& p, cudaStream_t stream) {
   PA_REQUIRE(p.kv.format == KvFormat::bf16,
              "stage 03 reads bf16 caches; run 8-bit caches through stage 05 (05_quantized_kv)");
   const Packing pk = checked_packing(p, "03");
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 03 has no batch-invariant mode: its tile (16 or 128 rows) follows the batch's longest query, "
+             "so a request's bits depend on its batch; stages 04-06 and 08 have the mode (stage 04, going further)");
+  check_device_batch(p, "stage 03", stream);
   with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() { dispatch_whole_context<HEAD_DIM>(p, pk, stream); });
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("03_gqa_packing");

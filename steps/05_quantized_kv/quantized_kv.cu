@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/launch.cuh"
 #include "common/quant.cuh"
 #include "common/stages.h"
@@ -107,6 +108,7 @@ void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream,
 
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   const stage03::Packing pk = validate(p);
+  check_device_batch(p, "stage 05", stream);
   const int span = p.batch.max_seq_len;
   using Causal = stage03::CausalMask;
   switch (p.kv.format) {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
@@ -46,6 +47,7 @@ stage03::Packing validate(const AttentionParams& p) {
 stage04::SplitPlan plan(const AttentionParams& p_in, int num_sms) {
   AttentionParams p = p_in;
   if (p.window == 0) p.window = p.batch.max_seq_len + 1;
+  if (p.batch_invariant) return stage04::invariant_plan(span_keys(p), p.kv.block_size);
   return stage04::plan_rule(p, num_sms, span_keys(p));
 }
 
@@ -53,6 +55,7 @@ void forward(const AttentionParams& p_in, cudaStream_t stream) { forward(p_in, s
 
 void forward(const AttentionParams& p_in, cudaStream_t stream, int num_splits) {
   const stage03::Packing pk = validate(p_in);
+  check_device_batch(p_in, "stage 06", stream);
   // No window (0) is a window no context outgrows: q_pos - k_pos <= max_seq_len - 1.
   AttentionParams p = p_in;
   if (p.window == 0) p.window = p.batch.max_seq_len + 1;

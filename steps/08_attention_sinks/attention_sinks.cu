@@ -6,6 +6,7 @@
 
 #include "attention_sinks.cuh"
 #include "common/batch_ops.h"
+#include "common/checked_launch.h"
 #include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
@@ -52,9 +53,29 @@ void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk,
   });
 }
 
+// The same in stage 04's batch-invariant mode: split 0 the sink tokens, then
+// splits of its fixed size over the window, for the decodes; whole 128-row
+// tiles for everything else.
+template <class Tiles, class Adapt>
+void run_invariant_sink_tokens(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
+                               const Adapt& adapt) {
+  stage04::launch_invariant_tiles<Tiles, WindowWithSinkTokens>(p, pk, stream, adapt);
+  SinkTokenSplits slice;
+  static_cast<stage04::Splits&>(slice) = stage04::invariant_splits(p, stage06::span_keys(p), /*leading=*/1);
+  slice.sink_tokens = p.sink_tokens;
+  slice.window = p.window;
+  slice.block_shift = pk.block_shift;
+  stage04::launch_invariant_splits<Tiles, WindowWithSinkTokens>(p, pk, slice, stream, adapt);
+}
+
 template <class Tiles, class Adapt>
 void run(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
          const Adapt& adapt) {
+  if (p.sink_tokens > 0 && p.batch_invariant) {
+    stage04::require_invariant_split_request(p, num_splits);
+    run_invariant_sink_tokens<Tiles>(p, pk, stream, adapt);
+    return;
+  }
   // Decodes with sink tokens take the sink tokens' own split, also when only the
   // q_lens (not the flags) show decodes; run_splits_or_tiles checks the request
   // itself on the other paths.
@@ -91,6 +112,7 @@ void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream,
 
 void forward(const AttentionParams& p_in, cudaStream_t stream, int num_splits) {
   const stage03::Packing pk = validate(p_in);
+  check_device_batch(p_in, "stage 08", stream);
   // No window (0) is a window no context outgrows, and then sink tokens change nothing.
   AttentionParams p = p_in;
   if (p.window == 0) {
@@ -106,6 +128,9 @@ void forward(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t s
   const stage03::Packing pk = validate(p);
   PA_REQUIRE(p.window == 0 && p.sink_tokens == 0,
              "stage 08: cascade takes no sliding window and no sink tokens (stage 07 refuses windows)");
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 08: cascade has no batch-invariant mode (stage 07: its prefix pass depends on the group)");
+  check_device_batch(p, "stage 08", stream);
   PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),
              "stage 08: the cascade plan was made for another batch");
   const int span = std::max(1, c.max_own_keys);

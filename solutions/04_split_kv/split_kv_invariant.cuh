@@ -1,0 +1,213 @@
+// Going further (stage 04): batch-invariant mode (AttentionParams::batch_invariant).
+//
+// Without it, a request's output depends on the batch it runs in, by up to
+// ~1e-3, because the batch picks how its sums are cut:
+//  - the split plan counts splits from the batch (requests x KV heads against
+//    the SM count, and max_seq_len): 4096 keys alone may run as 16 splits of
+//    256, beside 63 other requests as 1 split, and 2 splits beside a longer one;
+//  - the tile follows the batch's longest query: a decode beside a prefill
+//    chunk runs the 128-row tile (64-key tiles) instead of the decode tile
+//    (4096 / head_dim keys per tile), and a short verify block likewise.
+// Each cut changes the order of the fp32 sums (and where they are rounded),
+// so the bits move. Serving engines want a request's tokens to be the same
+// whatever else the scheduler batched with it (reproducible sampling, tests
+// that compare with a single-request run, RL rollouts scored by another
+// engine), and pay a little speed for it. In this mode:
+//  1. Splits are fixed in keys, not in count: every split is
+//     INVARIANT_KEYS_PER_SPLIT keys from the request's first key (a multiple
+//     of every block size), so request r's split s covers the same keys
+//     whatever the batch; the batch only decides how many (empty) splits
+//     follow its last one.
+//  2. Every decode row goes through partials and the merge, also with one
+//     split: the one-split shortcut stores (m + log2 l) ln 2 as the lse, the
+//     merge of one partial (lse log2 e + log2 1) ln 2, which is not always the
+//     same float.
+//  3. The merge is a fixed fold: merge_invariant_kernel merges a row's
+//     partials one after another in split order and skips the empty ones
+//     (lse -inf), so its result is a function of the request's own non-empty
+//     partials. (merge_splits_kernel spreads splits over lanes and merges the
+//     lanes at the end, an order that does not depend on the split count
+//     either, but an empty split merged there turns an output of -0.0 into
+//     +0.0; skipping is simpler to trust than that argument.)
+//  4. The tile follows the request, not the batch: a decode (q_len == 1) runs
+//     the split path's decode tile, anything longer the 128-row tile
+//     (PrefillShape) over its whole context. A mixed batch is then two
+//     launches over the whole grid whose programs each serve their own
+//     requests (the Slice's serves(q_len), read right after QueryTile::init)
+//     and return at once for the others.
+// Everything else a program computes is its own request's: its query tiles
+// are numbered from the request's first row, its keys from its first key.
+//
+// The partials are indexed by (split, request, head), not by token, so a mixed
+// batch's prefill tokens take no room; with that and the fixed fold, any number
+// of splits works, so this mode has no MAX_SPLITS limit (a context of 131072
+// keys makes 64 splits, a longer one more).
+//
+// Its price (bench_attention's invariant cases measure it): a decode alone
+// gets ceil(seq_len / 2048) splits however empty the GPU is (1 x 4096 runs 2
+// splits x 8 KV heads where the plan would run 16), a full GPU still pays the
+// partials and the merge, and a mixed batch runs one more launch.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "common/check.h"
+#include "common/cuda_compat.cuh"
+#include "common/launch.cuh"
+#include "common/online_softmax.cuh"
+#include "solutions/03_gqa_packing/gqa_packing.cuh"
+#include "split_kv.cuh"
+
+namespace pa::stage04 {
+namespace {
+
+constexpr int INVARIANT_KEYS_PER_SPLIT = 2048;
+static_assert(INVARIANT_KEYS_PER_SPLIT % 256 == 0, "a split starts on a cache block of every block size (1..256)");
+
+// The invariant plan over span_keys keys (stage04::plan / stage06::plan report it).
+SplitPlan invariant_plan(int span_keys, int block_size) {
+  return SplitPlan{std::max(1, ceil_div(span_keys, INVARIANT_KEYS_PER_SPLIT)), INVARIANT_KEYS_PER_SPLIT / block_size};
+}
+
+// A forced split count would cut each context by the batch's max_seq_len again.
+void require_invariant_split_request(const AttentionParams& p, int num_splits) {
+  PA_REQUIRE(!p.batch_invariant || num_splits == 0,
+             "batch-invariant mode cuts every context into splits of " + std::to_string(INVARIANT_KEYS_PER_SPLIT) +
+                 " keys whatever the batch; num_splits must be 0 (automatic), got " + std::to_string(num_splits));
+}
+
+// The Slice of a split launch in this mode: Inner's keys (stage 04's Splits,
+// or a slice derived from it), decode rows only, partials in a layout indexed
+// by request: part_o [num_splits, num_requests, Hq, head_dim], part_lse
+// [num_splits, num_requests, Hq].
+template <class Inner>
+struct InvariantSplits : Inner {
+  __device__ __forceinline__ bool serves(int q_len) const { return q_len == 1; }
+
+  // Always a partial (o * inv_l in fp32, and the lse), also with one split.
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    const size_t head = q_row % p.num_q_heads;
+    const size_t part_row = (static_cast<size_t>(blockIdx.x) * p.batch.num_requests + blockIdx.z) * p.num_q_heads + head;
+    float* o_row = this->part_o + part_row * p.kv.head_dim;  // [head_dim]
+#pragma unroll
+    for (int j = 0; j < O_TILES; ++j) {
+      if (8 * j >= p.kv.head_dim) break;  // a tile wider than head_dim: its padding dims
+      *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
+    }
+    if (t4 == 0) this->part_lse[part_row] = lse;
+  }
+};
+
+// The Slice of the whole-tile launch in this mode: Inner (stage 03's
+// WholeContext, as a launcher adapts it) for requests with more than one query.
+template <class Inner>
+struct ServesPrefills : Inner {
+  __device__ __forceinline__ bool serves(int q_len) const { return q_len > 1; }
+};
+
+// Program (request r, query head h) folds the partials of r's decode row in
+// split order, thread i owning dims 4i..4i+3; empty partials are skipped.
+// HEAD_DIM: the tile's row length (threads past head_dim have nothing to do).
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(HEAD_DIM / 4) merge_invariant_kernel(AttentionParams p, Splits part) {
+  constexpr int BATCH = 8;  // partials loaded before the first merge, so their loads overlap
+  const int r = blockIdx.x, h = blockIdx.y, chunk = threadIdx.x;
+  const int row = p.batch.query_start_loc[r];
+  // Requests with no query or several: the whole tiles wrote their rows.
+  if (p.batch.query_start_loc[r + 1] - row != 1) return;
+  const int dims = p.kv.head_dim;
+  if (4 * chunk >= dims) return;  // no barrier follows
+  const size_t split_stride = static_cast<size_t>(p.batch.num_requests) * p.num_q_heads;  // rows per split
+  const size_t part_row0 = static_cast<size_t>(r) * p.num_q_heads + h;                     // its row in split 0
+
+  SoftmaxState<4> acc;  // dims [4 chunk, 4 chunk + 4)
+  acc.init();
+  for (int s0 = 0; s0 < part.num_splits; s0 += BATCH) {
+    float lse_b[BATCH];
+    float4 o_b[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const size_t part_row = min(s0 + b, part.num_splits - 1) * split_stride + part_row0;  // in bounds
+      lse_b[b] = s0 + b < part.num_splits ? part.part_lse[part_row] : -INFINITY;
+      o_b[b] = *reinterpret_cast<const float4*>(part.part_o + part_row * dims + 4 * chunk);
+    }
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      if (lse_b[b] == -INFINITY) continue;  // an empty split (or past the last)
+      const float o[4] = {o_b[b].x, o_b[b].y, o_b[b].z, o_b[b].w};
+      acc.merge(SoftmaxState<4>::partial(lse_b[b], o));
+    }
+  }
+  const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;  // row of [num_tokens * Hq]
+  const float inv_l = acc.inv_l();
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + 4 * chunk);
+  dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
+  dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
+  if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
+}
+
+// Splits of INVARIANT_KEYS_PER_SPLIT keys over span_keys keys, after
+// `leading` splits of the caller's own (stage 08's sink tokens), with their
+// partials in this host thread's workspace (stage 04's, grown to fit).
+Splits invariant_splits(const AttentionParams& p, int span_keys, int leading = 0) {
+  const int num_splits = leading + invariant_plan(span_keys, p.kv.block_size).num_splits;
+  const size_t rows = static_cast<size_t>(num_splits) * p.batch.num_requests * p.num_q_heads;
+  Workspace& ws = workspace();
+  ws.o.resize(rows * p.kv.head_dim);
+  ws.lse.resize(rows);
+  return Splits{ws.o.data(), ws.lse.data(), num_splits, INVARIANT_KEYS_PER_SPLIT};
+}
+
+// The decode rows of the batch: family Tiles's decode tile per (split, KV head,
+// request) over `splits` (a Splits from invariant_splits, or a slice derived
+// from it), then the fold. `adapt` wraps the split Slice (stage 08's sinks).
+template <class Tiles, class Mask, class SplitSlice, class Adapt = stage03::SameSlice>
+void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits,
+                             cudaStream_t stream, const Adapt& adapt = {}) {
+  InvariantSplits<SplitSlice> invariant;
+  static_cast<SplitSlice&>(invariant) = splits;
+  const auto slice = adapt(invariant);
+  const dim3 grid(splits.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+      Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+    });
+    launch(merge_invariant_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
+           p, static_cast<const Splits&>(splits));
+  });
+}
+
+// The rows of requests with more than one query: family Tiles's 128-row tile
+// over their whole context, whatever the batch's longest query. Nothing to do
+// when the host-side bounds say every request is a decode.
+template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
+void launch_invariant_tiles(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
+                            const Adapt& adapt = {}) {
+  if (p.batch.decode_only || p.batch.max_query_len <= 1) return;
+  auto prefills_only = [&](const stage03::WholeContext& whole) {
+    using Inner = std::decay_t<decltype(adapt(whole))>;
+    ServesPrefills<Inner> s;
+    static_cast<Inner&>(s) = adapt(whole);
+    return s;
+  };
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, prefills_only);
+  });
+}
+
+// Any batch in this mode: whole tiles for the requests with several queries,
+// fixed-size splits and the fold for the decodes. span_keys: the keys the
+// longest request may read (its seq_len; stage 06 passes its window's span).
+template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
+void forward_invariant(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int span_keys,
+                       const Adapt& adapt = {}) {
+  launch_invariant_tiles<Tiles, Mask>(p, pk, stream, adapt);
+  launch_invariant_splits<Tiles, Mask>(p, pk, invariant_splits(p, span_keys), stream, adapt);
+}
+
+}  // namespace
+}  // namespace pa::stage04

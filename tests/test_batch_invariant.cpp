@@ -1,0 +1,366 @@
+// Batch-invariant mode (AttentionParams::batch_invariant, stage 04's going
+// further): a request's out and lse must be the same bits alone and inside any
+// batch. Each test draws batches from a fixed seed, each holding a target
+// request (a decode or a query block of several tokens) among other decodes,
+// prefill chunks, empty requests and padding rows, with tight or loose host
+// bounds; the target alone is the same request over the same cache (its own
+// blocks), and both runs are compared with memcmp. Stages 04, 05, 06 and 08
+// honour the mode, 01 and 02 are invariant as they stand, 03 and 07 refuse it.
+// Without the mode the same batches are also run, and the differences only
+// printed: they are what the mode removes.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/harness.h"
+
+namespace pa::test {
+namespace {
+
+using StageForward = std::function<void(const Problem&, const AttentionParams&)>;
+
+// Request t of batch b as a batch of its own over the same cache: its queries,
+// its new K/V and its table row (the same physical blocks), so it reads exactly
+// the keys and values it reads inside b.
+Problem alone(const Problem& b, int t) {
+  const BatchMeta& m = b.meta;
+  const AttentionConfig& c = b.cfg;
+  const int q_len = m.q_len(t), row0 = m.query_start_loc[t];
+  Problem s;
+  s.cfg = c;
+  s.num_blocks = b.num_blocks;
+  BatchMeta& a = s.meta;
+  a.query_start_loc = {0, q_len};
+  a.seq_lens = {m.seq_lens[t]};
+  a.max_blocks_per_seq = m.max_blocks_per_seq;
+  a.block_table.assign(m.block_table.begin() + static_cast<size_t>(t) * m.max_blocks_per_seq,
+                       m.block_table.begin() + static_cast<size_t>(t + 1) * m.max_blocks_per_seq);
+  a.slot_mapping.assign(m.slot_mapping.begin() + row0, m.slot_mapping.begin() + row0 + q_len);
+  a.num_tokens = q_len;
+  a.max_query_len = q_len;
+  a.max_seq_len = m.seq_lens[t];
+  a.decode_only = q_len <= 1;
+  const size_t q_row = static_cast<size_t>(c.num_q_heads) * c.head_dim;
+  const size_t kv_row = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
+  s.q.assign(b.q.begin() + row0 * q_row, b.q.begin() + (row0 + q_len) * q_row);
+  s.k_new.assign(b.k_new.begin() + row0 * kv_row, b.k_new.begin() + (row0 + q_len) * kv_row);
+  s.v_new.assign(b.v_new.begin() + row0 * kv_row, b.v_new.begin() + (row0 + q_len) * kv_row);
+  s.k_cache = b.k_cache;
+  s.v_cache = b.v_cache;
+  s.sinks = b.sinks;
+  s.k_codes = b.k_codes;
+  s.v_codes = b.v_codes;
+  s.k_scale = b.k_scale;
+  s.v_scale = b.v_scale;
+  return s;
+}
+
+// The target's rows of out [q_len * Hq * D] and lse [q_len * Hq], as stored.
+struct Rows {
+  std::vector<bf16> out;
+  std::vector<float> lse;
+};
+
+Rows rows_of(const Problem& p, const DeviceBatch& db, int t) {
+  const std::vector<bf16> out = db.out.download();
+  const std::vector<float> lse = db.lse.download();
+  const size_t heads = p.cfg.num_q_heads, dims = p.cfg.head_dim;
+  const size_t row0 = p.meta.query_start_loc[t], rows = p.meta.q_len(t);
+  return {{out.begin() + row0 * heads * dims, out.begin() + (row0 + rows) * heads * dims},
+          {lse.begin() + row0 * heads, lse.begin() + (row0 + rows) * heads}};
+}
+
+// Differing elements of out and lse between two runs; the largest |difference| of out.
+struct Difference {
+  size_t out_elems = 0, lse_elems = 0;
+  double max_abs = 0.0;
+  std::string first;  // the first differing element, for the failure message
+  bool none() const { return out_elems == 0 && lse_elems == 0; }
+};
+
+Difference compare_bits(const Rows& a, const Rows& b, int heads, int dims) {
+  Difference d;
+  for (size_t i = 0; i < a.out.size(); ++i) {
+    if (std::memcmp(&a.out[i], &b.out[i], sizeof(bf16)) == 0) continue;
+    const double x = __bfloat162float(a.out[i]), y = __bfloat162float(b.out[i]);
+    d.max_abs = std::max(d.max_abs, std::fabs(x - y));
+    if (d.out_elems++ == 0) {
+      d.first = "out token " + std::to_string(i / (heads * dims)) + " head " + std::to_string(i / dims % heads) +
+                " dim " + std::to_string(i % dims) + ": alone " + std::to_string(x) + ", in the batch " +
+                std::to_string(y);
+    }
+  }
+  for (size_t i = 0; i < a.lse.size(); ++i) {
+    if (std::memcmp(&a.lse[i], &b.lse[i], sizeof(float)) == 0) continue;
+    if (d.lse_elems++ == 0 && d.first.empty()) {
+      d.first = "lse token " + std::to_string(i / heads) + " head " + std::to_string(i % heads) + ": alone " +
+                std::to_string(a.lse[i]) + ", in the batch " + std::to_string(b.lse[i]);
+    }
+  }
+  return d;
+}
+
+// What a test draws: the target, and the other requests' shapes.
+struct Draw {
+  RequestShape target;
+  int others;                // 1..others requests beside it
+  int max_context;           // the others' contexts: 1..max_context
+  bool prefills;             // the others include prefill chunks and prompts (not for stage 04)
+};
+
+// A batch with the target at a random place, and whether the host bounds are loose.
+struct Batch {
+  std::vector<RequestShape> requests;
+  int target;
+  BuildOptions opt;
+  bool loose_bounds;
+};
+
+Batch draw_batch(std::mt19937& gen, const Draw& d, uint64_t seed) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+  Batch b;
+  const int n = uniform(1, d.others);
+  for (int i = 0; i < n; ++i) {
+    const int kind = uniform(0, d.prefills ? 5 : 3);
+    const int context = uniform(1, d.max_context);
+    if (kind == 0) {
+      b.requests.push_back({0, uniform(0, 1) ? 0 : context});  // no query this step
+    } else if (kind <= 3) {
+      b.requests.push_back({1, context});  // a decode
+    } else {
+      const int q_len = uniform(2, 48);
+      b.requests.push_back({q_len, q_len + uniform(0, std::min(d.max_context, 600))});  // a chunk or a prompt
+    }
+  }
+  b.target = uniform(0, n);
+  b.requests.insert(b.requests.begin() + b.target, d.target);
+  b.opt = BuildOptions{.seed = seed, .padding_rows = uniform(0, 3)};
+  b.loose_bounds = uniform(0, 2) == 0;
+  return b;
+}
+
+// The target's rows alone and in the batch, under batch_invariant = invariant.
+Difference alone_vs_batch(const AttentionConfig& cfg, const Batch& b, const StageForward& forward, bool invariant) {
+  Problem batch = make_problem(cfg, b.requests, b.opt);
+  if (b.loose_bounds) {
+    // Bounds a scheduler sized for its worst case: still bounds, no longer tight.
+    batch.meta.max_query_len += 5;
+    batch.meta.max_seq_len += 100;
+    batch.meta.decode_only = false;
+  }
+  const Problem single = alone(batch, b.target);
+  DeviceBatch db_batch(batch), db_single(single);
+  AttentionParams pb = db_batch.params(), ps = db_single.params();
+  pb.batch_invariant = ps.batch_invariant = invariant;
+  forward(batch, pb);
+  forward(single, ps);
+  return compare_bits(rows_of(single, db_single, 0), rows_of(batch, db_batch, b.target), cfg.num_q_heads,
+                      cfg.head_dim);
+}
+
+std::string describe(const Batch& b) {
+  std::string s = "batch {";
+  for (size_t i = 0; i < b.requests.size(); ++i) {
+    s += (i ? ", " : "") + std::string(static_cast<int>(i) == b.target ? "*" : "") + "(" +
+         std::to_string(b.requests[i].q_len) + ", " + std::to_string(b.requests[i].seq_len) + ")";
+  }
+  return s + "} + " + std::to_string(b.opt.padding_rows) + " padding rows" + (b.loose_bounds ? ", loose bounds" : "") +
+         " (* = the target)";
+}
+
+struct InvariantCase {
+  std::string name;
+  AttentionConfig cfg;
+  StageForward forward;
+  Draw draw;
+  int num_batches;
+  uint64_t seed;
+};
+
+void PrintTo(const InvariantCase& c, std::ostream* os) { *os << c.name << " (" << c.cfg.describe() << ")"; }
+
+AttentionConfig with(AttentionConfig c, const std::function<void(AttentionConfig&)>& f) {
+  f(c);
+  return c;
+}
+
+const StageForward kStage01 = [](const Problem& p, const AttentionParams& a) {
+  static stage01::Workspace ws;
+  stage01::forward(a, p.meta, ws);
+};
+const StageForward kStage02 = [](const Problem&, const AttentionParams& a) { stage02::forward(a); };
+const StageForward kStage04 = [](const Problem&, const AttentionParams& a) { stage04::forward(a); };
+const StageForward kStage05 = [](const Problem&, const AttentionParams& a) { stage05::forward(a); };
+const StageForward kStage06 = [](const Problem&, const AttentionParams& a) { stage06::forward(a); };
+const StageForward kStage08 = [](const Problem&, const AttentionParams& a) { stage08::forward(a); };
+
+// Contexts past 2048 keys (the mode's split) for some targets, and others past
+// them, so that the batch changes the split count of the automatic plan.
+std::vector<InvariantCase> cases() {
+  const AttentionConfig small = config(8, 2, 64, 16);  // group 4
+  const auto int8 = [](AttentionConfig& c) { c.kv_format = KvFormat::int8; };
+  const auto fp8 = [](AttentionConfig& c) { c.kv_format = KvFormat::fp8_e4m3; };
+  return {
+      // Stage 04: decode batches only.
+      {"Stage04_Decode", small, kStage04, {{1, 300}, 6, 600, false}, 4, 101},
+      {"Stage04_DecodeTwoSplits", small, kStage04, {{1, 2500}, 3, 4500, false}, 2, 102},
+      {"Stage04_Group3_Block1", config(6, 2, 64, 1), kStage04, {{1, 200}, 4, 400, false}, 2, 103},
+      {"Stage04_Group8_D128", config(16, 2, 128, 16), kStage04, {{1, 150}, 4, 300, false}, 2, 104},
+      // Stage 05: any batch, any format.
+      {"Stage05_Bf16_Decode", small, kStage05, {{1, 250}, 5, 500, true}, 3, 111},
+      {"Stage05_Bf16_Prefill", small, kStage05, {{12, 200}, 5, 500, true}, 3, 112},
+      {"Stage05_Bf16_VerifyBlock", small, kStage05, {{3, 90}, 5, 300, true}, 3, 113},
+      {"Stage05_Int8_Decode", with(small, int8), kStage05, {{1, 250}, 5, 500, true}, 3, 114},
+      {"Stage05_Int8_Prefill", with(small, int8), kStage05, {{20, 140}, 5, 400, true}, 3, 115},
+      {"Stage05_Fp8_Decode", with(small, fp8), kStage05, {{1, 2100}, 3, 3000, true}, 2, 116},
+      {"Stage05_Fp8_Prefill", with(small, fp8), kStage05, {{7, 100}, 5, 300, true}, 3, 117},
+      // Stage 06: windows.
+      {"Stage06_Window64_Decode", with(small, [](AttentionConfig& c) { c.window = 64; }), kStage06,
+       {{1, 400}, 5, 600, true}, 3, 121},
+      {"Stage06_Window64_Prefill", with(small, [](AttentionConfig& c) { c.window = 64; }), kStage06,
+       {{30, 300}, 5, 600, true}, 3, 122},
+      {"Stage06_Window2100_DecodeTwoSplits", with(small, [](AttentionConfig& c) { c.window = 2100; }), kStage06,
+       {{1, 2600}, 3, 3000, false}, 2, 123},
+      {"Stage06_Window100_Int8", with(small, [&](AttentionConfig& c) { c.window = 100, int8(c); }), kStage06,
+       {{1, 300}, 5, 500, true}, 3, 124},
+      {"Stage06_NoWindow", small, kStage06, {{1, 250}, 5, 500, true}, 2, 125},
+      // Stage 08: learned sinks, sink tokens with a window, 8-bit.
+      {"Stage08_Sinks_Decode", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kStage08,
+       {{1, 300}, 5, 600, true}, 3, 131},
+      {"Stage08_Sinks_Prefill", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kStage08,
+       {{9, 120}, 5, 400, true}, 3, 132},
+      {"Stage08_SinkTokensWindow_Decode",
+       with(small, [](AttentionConfig& c) { c.with_sinks = true, c.window = 64, c.sink_tokens = 4; }), kStage08,
+       {{1, 400}, 5, 600, true}, 3, 133},
+      {"Stage08_SinkTokensWindow_Prefill",
+       with(small, [](AttentionConfig& c) { c.window = 48, c.sink_tokens = 4; }), kStage08,
+       {{24, 200}, 5, 400, true}, 3, 134},
+      {"Stage08_SinkTokensWindow_Fp8_DecodeTwoSplits",
+       with(small, [&](AttentionConfig& c) { c.with_sinks = true, c.window = 2060, c.sink_tokens = 4, fp8(c); }),
+       kStage08, {{1, 2500}, 2, 3000, false}, 2, 135},
+      // Stages 01 and 02: invariant as they stand (each program computes its own request's rows).
+      {"Stage01_AsItStands", small, kStage01, {{5, 60}, 4, 200, true}, 2, 141},
+      {"Stage02_Decode_AsItStands", small, kStage02, {{1, 200}, 5, 400, true}, 2, 142},
+      {"Stage02_Prefill_AsItStands", small, kStage02, {{10, 90}, 5, 300, true}, 2, 143},
+  };
+}
+
+class BatchInvariant : public testing::TestWithParam<InvariantCase> {};
+
+TEST_P(BatchInvariant, TargetBitsAloneEqualInBatch) {
+  const InvariantCase& c = GetParam();
+  std::mt19937 gen(static_cast<uint32_t>(c.seed));
+  int differ_without = 0;
+  double max_without = 0.0;
+  for (int i = 0; i < c.num_batches; ++i) {
+    const Batch b = draw_batch(gen, c.draw, c.seed * 100 + i);
+    const Difference d = alone_vs_batch(c.cfg, b, c.forward, /*invariant=*/true);
+    EXPECT_TRUE(d.none()) << c.name << ", " << describe(b) << ": with batch_invariant the target's "
+                          << d.out_elems << " out and " << d.lse_elems
+                          << " lse elements differ between alone and in the batch; first: " << d.first;
+    const Difference w = alone_vs_batch(c.cfg, b, c.forward, /*invariant=*/false);
+    differ_without += w.none() ? 0 : 1;
+    max_without = std::max(max_without, w.max_abs);
+  }
+  // Information, not a rule: what the mode removes here.
+  std::printf("[ info ] %s without batch_invariant: %d of %d batches change the target's bits (max |out diff| %.3g)\n",
+              c.name.c_str(), differ_without, c.num_batches, max_without);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, BatchInvariant, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<InvariantCase>& info) { return info.param.name; });
+
+// The plans report the mode's splits: fixed in keys, whatever the batch.
+TEST(BatchInvariantPlan, SplitsAreFixedInKeys) {
+  for (const int requests : {1, 4, 64}) {
+    AttentionParams p = decode_plan_sizes(requests, 4096);
+    p.batch_invariant = true;
+    const stage04::SplitPlan sp = stage04::plan(p, 132);
+    EXPECT_EQ(sp.num_splits, 2) << requests << " requests x 4096 keys";
+    EXPECT_EQ(sp.blocks_per_split * p.kv.block_size, 2048);
+    p.batch.max_seq_len = 32768;
+    EXPECT_EQ(stage04::plan(p, 132).num_splits, 16);
+    p.batch.max_seq_len = 1 << 20;  // past MAX_SPLITS x 2048 keys: the mode has no such limit
+    EXPECT_EQ(stage04::plan(p, 132).num_splits, 512);
+    p.window = 4096;
+    EXPECT_EQ(stage06::plan(p, 132).num_splits, 3) << "the window's span: 4096 + 15 keys";
+  }
+}
+
+// A context longer than 64 splits of 2048 keys (stage 04's MAX_SPLITS) runs in
+// this mode, and matches the oracle.
+TEST(BatchInvariantPlan, MoreThanMaxSplitsOfTheAutomaticPlan) {
+  // Block size 256 keeps the table short; the decode reads 64 x 2048 + 300 keys.
+  const Problem p = make_problem(config(2, 1, 64, 256), {{1, 64 * 2048 + 300}, {1, 50}}, {.seed = 9});
+  DeviceBatch db(p);
+  AttentionParams a = db.params();
+  a.batch_invariant = true;
+  stage04::forward(a);
+  expect_device_matches_oracle(p, db, "stage 04, batch-invariant, 65 splits", reference_attention(p));
+}
+
+// A forced split count would cut the contexts by the batch again: refused.
+TEST(BatchInvariantPlan, ForcedSplitCountsAreRefused) {
+  const Problem p = make_problem(config(8, 2, 64, 16), ragged_decodes());
+  DeviceBatch db(p);
+  AttentionParams a = db.params();
+  a.batch_invariant = true;
+  const std::string why = "batch-invariant mode cuts every context into splits of 2048 keys";
+  expect_error([&] { stage04::forward(a, nullptr, 3); }, why);
+  expect_error([&] { stage05::forward(a, nullptr, 3); }, why);
+  expect_error([&] { stage06::forward(a, nullptr, 3); }, why);
+  expect_error([&] { stage08::forward(a, nullptr, 3); }, why);
+  a.window = 32;
+  a.sink_tokens = 4;
+  expect_error([&] { stage08::forward(a, nullptr, 3); }, why);
+}
+
+// Stage 03's tile follows the batch, and stage 07's prefix pass the group: both refuse the mode.
+TEST(BatchInvariantRefused, Stage03AndStage07) {
+  const Problem p = make_problem(config(8, 2, 64, 16), milestone_requests(), {.seed = 2});
+  DeviceBatch db(p);
+  AttentionParams a = db.params();
+  a.batch_invariant = true;
+  expect_error([&] { stage03::forward(a); }, "stage 03 has no batch-invariant mode");
+  a.batch_invariant = false;
+  const stage07::Cascade c = stage07::plan(a, p.meta, {}, -1);
+  a.batch_invariant = true;
+  expect_error([&] { stage07::plan(a, p.meta, {}, -1); }, "stage 07: cascade has no batch-invariant mode");
+  expect_error([&] { stage07::forward(a, c); }, "stage 07: cascade has no batch-invariant mode");
+  expect_error([&] { stage08::forward(a, c); }, "stage 08: cascade has no batch-invariant mode");
+}
+
+// The mode's outputs are right, not only stable: mixed batches against the oracle.
+TEST(BatchInvariantOracle, MixedBatchesMatchTheOracle) {
+  const AttentionConfig small = config(8, 2, 64, 16);
+  AttentionConfig sinks = small;
+  sinks.with_sinks = true;
+  sinks.window = 40;
+  sinks.sink_tokens = 4;
+  AttentionConfig int8 = small;
+  int8.kv_format = KvFormat::int8;
+  const std::vector<RequestShape> mixed = {{0, 0}, {1, 2300}, {17, 60}, {1, 1}, {3, 3}, {1, 130}};
+  const std::vector<std::pair<std::string, StageForward>> stages = {
+      {"stage 05", kStage05}, {"stage 06", kStage06}, {"stage 08", kStage08}};
+  for (const AttentionConfig& cfg : {small, int8, sinks}) {
+    const Problem p = make_problem(cfg, mixed, {.seed = 13, .padding_rows = 2});
+    for (const auto& [name, forward] : stages) {
+      if (cfg.with_sinks != (name == "stage 08")) continue;
+      DeviceBatch db(p);
+      AttentionParams a = db.params();
+      a.batch_invariant = true;
+      forward(p, a);
+      expect_device_matches_oracle(p, db, name + ", batch-invariant", reference_attention(p));
+      expect_padding_rows_exact_zero(p, db, name + ": ");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pa::test
