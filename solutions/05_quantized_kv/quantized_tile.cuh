@@ -26,6 +26,7 @@
 // Stage 05 builds on the reference solutions of stages 03 and 04.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/04_split_kv/split_kv_invariant.cuh"
 
 namespace pa::stage05 {
 namespace {
@@ -686,10 +687,17 @@ static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
 // Serves any batch with a tile family and a mask: decode-only batches that the
 // split plan splits (or any forced split count 1..64) take stage 04's splits,
 // everything else whole query tiles. span_keys: the keys the longest request
-// reads (stage 06: its window's span). Stage 06 reuses this.
+// reads (stage 06: its window's span). Stage 06 reuses this. In stage 04's
+// batch-invariant mode: decodes take its fixed-size splits, everything else
+// whole 128-row tiles, whatever the batch.
 template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, int num_splits,
                          int span_keys, const Adapt& adapt = {}) {
+  if (p.batch_invariant) {
+    stage04::require_invariant_split_request(p, num_splits);
+    stage04::forward_invariant<Tiles, Mask>(p, pk, stream, span_keys, adapt);
+    return;
+  }
   const bool decode_only = stage04::check_split_request(p, num_splits);
   if (num_splits > 0 || (decode_only && stage04::plan_rule(p, stage04::sm_count(), span_keys).num_splits > 1)) {
     stage04::forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);

@@ -24,6 +24,7 @@
 // Stage 06 builds on the reference solutions of stages 03-05.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/04_split_kv/split_kv_invariant.cuh"
 #include "solutions/04_split_kv/split_kv_warps.cuh"
 #include "solutions/05_quantized_kv/quantized_tile.cuh"
 #include "sliding_window.cuh"

@@ -10,6 +10,7 @@
 #include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
+#include "solutions/04_split_kv/split_kv_invariant.cuh"
 #include "solutions/04_split_kv/split_kv_warps.cuh"
 #include "solutions/05_quantized_kv/quantized_tile.cuh"
 #include "solutions/07_cascade/cascade.cuh"
