@@ -40,6 +40,12 @@ if(PA_ASAN)
   add_compile_options(-fsanitize=address -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address)
 endif()
+if(PA_UBSAN)
+  # -fno-sanitize-recover: the first undefined behaviour aborts the program, so
+  # its test fails; recovering would print a line and let the test pass.
+  add_compile_options(-fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=undefined)
+endif()
 
 # Mark .cu files so the CPU flavor compiles them as C++ with the host compiler.
 function(pa_cu_sources)

@@ -1,6 +1,7 @@
 #include "problem.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -45,6 +46,12 @@ void validate_config(const AttentionConfig& cfg) {
   PA_REQUIRE(cfg.window >= 0, "window must be >= 0 (0 = no window), got " + std::to_string(cfg.window));
   PA_REQUIRE(cfg.sink_tokens >= 0,
              "sink_tokens must be >= 0 (0 = none), got " + std::to_string(cfg.sink_tokens));
+  // KvFormat is a byte: any value converts to it, and the host code takes every
+  // value but bf16 for an 8-bit format.
+  PA_REQUIRE(cfg.kv_format == KvFormat::bf16 || cfg.kv_format == KvFormat::int8 ||
+                 cfg.kv_format == KvFormat::fp8_e4m3,
+             "kv_format " + std::to_string(static_cast<int>(cfg.kv_format)) +
+                 " is not one of bf16, int8, fp8_e4m3");
 }
 
 void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
@@ -55,6 +62,10 @@ void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
                  std::to_string(R) + " requests need " + std::to_string(R + 1));
   PA_REQUIRE(m.query_start_loc[0] == 0, "query_start_loc[0] must be 0, got " + std::to_string(m.query_start_loc[0]));
   PA_REQUIRE(m.max_blocks_per_seq >= 0, "max_blocks_per_seq must be >= 0");
+  // Slot ids (slot_mapping, block * block_size + offset) are ints.
+  PA_REQUIRE(num_blocks >= 0 && static_cast<long long>(num_blocks) * cfg.block_size <= INT_MAX,
+             "num_blocks " + std::to_string(num_blocks) + " x block_size " + std::to_string(cfg.block_size) +
+                 ": the cache's slot ids must fit in [0, INT_MAX]");
   PA_REQUIRE(m.block_table.size() == static_cast<size_t>(R) * m.max_blocks_per_seq,
              "block_table has " + std::to_string(m.block_table.size()) + " entries; expected num_requests x " +
                  "max_blocks_per_seq = " + std::to_string(static_cast<size_t>(R) * m.max_blocks_per_seq));
@@ -62,10 +73,13 @@ void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
              "slot_mapping has " + std::to_string(m.slot_mapping.size()) + " entries for " +
                  std::to_string(m.num_tokens) + " tokens");
   for (int r = 0; r < R; ++r) {
-    const int q_len = m.q_len(r);
+    // In 64 bits: query_start_loc[r] >= 0 here (entry 0 is, and none so far
+    // decreased), but entry r + 1 may be anything, e.g. INT_MIN.
+    const long long q_len_64 = static_cast<long long>(m.query_start_loc[r + 1]) - m.query_start_loc[r];
+    PA_REQUIRE(q_len_64 >= 0, req(r) + "negative query length " + std::to_string(q_len_64) +
+                                  " (query_start_loc must not decrease)");
+    const int q_len = static_cast<int>(q_len_64);
     const int seq_len = m.seq_lens[r];
-    PA_REQUIRE(q_len >= 0, req(r) + "negative query length " + std::to_string(q_len) +
-                               " (query_start_loc must not decrease)");
     PA_REQUIRE(seq_len >= 0, req(r) + "negative seq_len " + std::to_string(seq_len));
     PA_REQUIRE(seq_len >= q_len, req(r) + "seq_len " + std::to_string(seq_len) + " < query length " +
                                      std::to_string(q_len) +
@@ -76,7 +90,7 @@ void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
                                              " exceeds max_seq_len " + std::to_string(m.max_seq_len));
     PA_REQUIRE(!m.decode_only || q_len <= 1,
                req(r) + "decode_only is set but the request has " + std::to_string(q_len) + " queries");
-    const int blocks_needed = (seq_len + cfg.block_size - 1) / cfg.block_size;
+    const long long blocks_needed = (static_cast<long long>(seq_len) + cfg.block_size - 1) / cfg.block_size;
     PA_REQUIRE(blocks_needed <= m.max_blocks_per_seq,
                req(r) + "block table too short: seq_len " + std::to_string(seq_len) + " needs " +
                    std::to_string(blocks_needed) + " blocks of " + std::to_string(cfg.block_size) +
@@ -98,6 +112,16 @@ void validate(const BatchMeta& m, const AttentionConfig& cfg, int num_blocks) {
                      " in slot " + std::to_string(want));
     }
   }
+  // The maxima are upper bounds, and the launchers size grids and workspaces
+  // from them: a bound no request of this batch could reach is refused. A
+  // request's queries are among its positions, and its positions fit its table row.
+  PA_REQUIRE(m.max_query_len >= 0 && m.max_query_len <= m.max_seq_len,
+             "max_query_len " + std::to_string(m.max_query_len) + " must be in [0, max_seq_len = " +
+                 std::to_string(m.max_seq_len) + "]: a request's queries are the last of its positions");
+  PA_REQUIRE(static_cast<long long>(m.max_seq_len) <= static_cast<long long>(m.max_blocks_per_seq) * cfg.block_size,
+             "max_seq_len " + std::to_string(m.max_seq_len) + " exceeds what a block-table row holds: " +
+                 "max_blocks_per_seq " + std::to_string(m.max_blocks_per_seq) + " x block_size " +
+                 std::to_string(cfg.block_size));
   PA_REQUIRE(m.query_start_loc[R] <= m.num_tokens,
              "query_start_loc[" + std::to_string(R) + "] = " + std::to_string(m.query_start_loc[R]) +
                  " exceeds num_tokens " + std::to_string(m.num_tokens));
@@ -153,6 +177,10 @@ double Problem::attended_pairs() const {
 Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>& requests,
                      const BuildOptions& opt) {
   validate_config(cfg);
+  // num_tokens = query rows + padding_rows sizes slot_mapping and q: a negative
+  // count would make them shorter than the rows written below.
+  PA_REQUIRE(opt.padding_rows >= 0,
+             "make_problem: padding_rows " + std::to_string(opt.padding_rows) + " (must be >= 0)");
   Problem p;
   p.cfg = cfg;
   BatchMeta& m = p.meta;
@@ -165,7 +193,9 @@ Problem make_problem(const AttentionConfig& cfg, const std::vector<RequestShape>
   m.decode_only = true;
   for (int r = 0; r < R; ++r) {
     const RequestShape s = requests[r];
-    PA_REQUIRE(s.q_len >= 0 && s.seq_len >= s.q_len, "make_problem: bad request shape");
+    PA_REQUIRE(s.q_len >= 0 && s.seq_len >= s.q_len,
+               "make_problem: " + req(r) + "q_len " + std::to_string(s.q_len) + ", seq_len " +
+                   std::to_string(s.seq_len) + " (a request needs 0 <= q_len <= seq_len)");
     m.query_start_loc[r + 1] = m.query_start_loc[r] + s.q_len;
     m.seq_lens.push_back(s.seq_len);
     m.max_query_len = std::max(m.max_query_len, s.q_len);
@@ -278,7 +308,8 @@ std::vector<PrefixGroup> share_prefixes(Problem& p, const std::vector<std::pair<
     const std::string where = "share_prefixes: group " + std::to_string(g) + ": ";
     PA_REQUIRE(!members.empty(), where + "no members");
     PA_REQUIRE(prefix_len >= 1, where + "prefix_len " + std::to_string(prefix_len) + " (must be >= 1)");
-    const int shared_end = (prefix_len + bs - 1) / bs * bs;  // positions [0, shared_end) live in shared blocks
+    // Positions [0, shared_end) live in shared blocks; 64 bits, as prefix_len may be anything up to INT_MAX.
+    const long long shared_end = (static_cast<long long>(prefix_len) + bs - 1) / bs * bs;
     for (const int r : members) {
       PA_REQUIRE(r >= 0 && r < R, where + "request index " + std::to_string(r) + " is out of range [0, " +
                                       std::to_string(R) + ")");
@@ -297,8 +328,8 @@ std::vector<PrefixGroup> share_prefixes(Problem& p, const std::vector<std::pair<
                      ", where every member would write its own K/V into one slot; it needs at least " +
                      std::to_string(min_suffix_len(prefix_len, bs)) + " cached positions after the prefix");
       const int first_history = m.seq_lens[members[0]] - m.q_len(members[0]);
-      PA_REQUIRE(std::min(history, shared_end) <= first_history,
-                 where + req(r) + "reads positions up to " + std::to_string(std::min(history, shared_end)) +
+      PA_REQUIRE(std::min<long long>(history, shared_end) <= first_history,
+                 where + req(r) + "reads positions up to " + std::to_string(std::min<long long>(history, shared_end)) +
                      " from the shared blocks, but the first member (request " + std::to_string(members[0]) +
                      ") has written only " + std::to_string(first_history));
     }
@@ -310,7 +341,7 @@ std::vector<PrefixGroup> share_prefixes(Problem& p, const std::vector<std::pair<
     PrefixGroup grp;
     grp.prefix_len = prefix_len;
     grp.members = members;
-    const int num_shared = (prefix_len + bs - 1) / bs;
+    const int num_shared = static_cast<int>((static_cast<long long>(prefix_len) + bs - 1) / bs);
     for (int b = 0; b < num_shared; ++b) grp.blocks.push_back(table(members[0], b));
     for (const int r : members) {
       for (int b = 0; b < num_shared; ++b) {
@@ -349,7 +380,7 @@ std::vector<PrefixGroup> share_prefixes(Problem& p, const std::vector<std::pair<
 }
 
 int min_suffix_len(int prefix_len, int block_size) {
-  return (prefix_len + block_size - 1) / block_size * block_size - prefix_len;
+  return static_cast<int>((static_cast<long long>(prefix_len) + block_size - 1) / block_size * block_size - prefix_len);
 }
 
 std::vector<RequestShape> shared_prefix_requests(int members, int prefix_len, int suffix_len, int q_len,
