@@ -9,6 +9,13 @@
 //            (08_sinks_window keeps its 4 sink tokens and learned sinks)
 //   mixed    2 prefill chunks + 30 decodes
 //   prefill  one causal prompt of 4096 or 16384 tokens
+//   checked  what checked launches cost (AttentionParams::checked: one validation kernel
+//            and a host synchronisation before the attention kernels): 04_split_kv at
+//            decode 64 x 4096 and 1 x 4096, labels .../checked:off and .../checked:on
+//   invariant what batch-invariant mode costs (AttentionParams::batch_invariant, stage 04's
+//            going further): decode 64 x 4096 and 4 x 32768 for 04_split_kv,
+//            05_quantized_kv_int8 and 08_attention_sinks, and the mixed batch for the
+//            last two, labels .../invariant:off and .../invariant:on
 //   gptoss   gpt-oss's attention shape (64 q / 8 kv heads, D 64), 64 decodes x 4096 tokens:
 //              layer:full       08_attention_sinks (learned sinks), 04_split_kv beside it
 //              layer:window128  window 128: 08_sinks_window (sinks + 4 sink tokens),
@@ -19,6 +26,8 @@
 // Stage 08's targets, read from one run by plots/summarize.py: learned sinks cost
 // at most 2% (08_attention_sinks / 04_split_kv time at decode batch:64/ctx:4096
 // <= 1.02), and the gpt-oss full layer reaches >= 0.85 of its floor.
+//
+// Every other case runs with checked launches and batch-invariant mode off.
 //
 // Method: each iteration is timed with device events around the forward call
 // alone (manual time); before each, a buffer twice the L2 size is read so K/V
@@ -45,6 +54,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/device_batch.h"
@@ -88,6 +98,8 @@ struct BenchCase {
   // The backends this case compares; empty = every backend. The others are
   // not registered, like unwindowed backends on a windowed-only case.
   std::vector<std::string> only = {};
+  bool checked = false;          // AttentionParams::checked
+  bool batch_invariant = false;  // AttentionParams::batch_invariant
   size_t kv_tokens() const {
     size_t n = 0;
     for (auto r : requests) n += r.seq_len;
@@ -144,6 +156,33 @@ std::vector<BenchCase> cases() {
       c.head_dim = d;
     };
   };
+  // The price of checked launches and of batch-invariant mode, each beside the
+  // same case without it (same family, so they run one after the other).
+  const auto on_off = [](bool on) { return std::string(on ? "on" : "off"); };
+  for (const int b : kGpu ? std::vector<int>{64, 1} : std::vector<int>{2}) {
+    for (const bool on : {false, true}) {
+      const std::string label = "batch:" + std::to_string(b) + "/ctx:" + std::to_string(ctx) + "/checked:" + on_off(on);
+      BenchCase c{"checked", label, decode_requests(b, ctx), kGpu ? 20 : 1, nullptr, false, {"04_split_kv"}};
+      c.checked = on;
+      out.push_back(c);
+    }
+  }
+  const std::vector<std::string> invariant_backends = {"04_split_kv", "05_quantized_kv_int8", "08_attention_sinks"};
+  using Decodes = std::vector<std::pair<int, int>>;  // (requests, context)
+  for (const auto& [b, len] : kGpu ? Decodes{{64, 4096}, {4, 32768}} : Decodes{{2, 128}, {1, 512}}) {
+    for (const bool on : {false, true}) {
+      const std::string label = "batch:" + std::to_string(b) + "/ctx:" + std::to_string(len) + "/invariant:" + on_off(on);
+      BenchCase c{"invariant", label, decode_requests(b, len), kGpu ? 20 : 1, nullptr, false, invariant_backends};
+      c.batch_invariant = on;
+      out.push_back(c);
+    }
+  }
+  for (const bool on : {false, true}) {
+    BenchCase c{"invariant", "chunks:2/decodes:30/invariant:" + on_off(on), mixed_chunks_and_decodes(s),
+                kGpu ? 10 : 1, nullptr, false, {"05_quantized_kv_int8", "08_attention_sinks"}};
+    c.batch_invariant = on;
+    out.push_back(c);
+  }
   out.push_back({"shapes", "model:qwen3-235b/" + oss_shape, decode_requests(oss_batch, oss_ctx), kGpu ? 20 : 1,
                  shape(64, 4, 128), /*windowed_only=*/false, {"04_split_kv", "05_quantized_kv_int8", "vendor_cudnn"}});
   out.push_back({"shapes", "model:phi3-mini/" + oss_shape, decode_requests(oss_batch, oss_ctx), kGpu ? 20 : 1,
@@ -201,6 +240,8 @@ void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
     return;
   }
   DeviceBatch db(p);
+  db.set_checked(c.checked);
+  db.set_batch_invariant(c.batch_invariant);
   const Backend::Step step = bench::make_step(b, p, db, {});
   bench::L2Flush flush;
   const double ms = bench::timed_median_ms(state, flush, step);

@@ -155,7 +155,8 @@ void check_device_batch(const AttentionParams& p, const char* who, cudaStream_t 
              me + "first_padding_row " + str(b.first_padding_row) + " is outside [0, num_tokens = " +
                  str(b.num_tokens) + "]");
   PA_REQUIRE(p.kv.block_size >= 1, me + "block_size " + str(p.kv.block_size) + " must be >= 1");
-  PA_REQUIRE(b.query_start_loc != nullptr && (b.num_requests == 0 || (b.seq_lens != nullptr && b.block_table != nullptr)),
+  PA_REQUIRE(b.query_start_loc != nullptr && (b.num_requests == 0 || b.seq_lens != nullptr) &&
+                 (b.num_requests == 0 || b.max_blocks_per_seq == 0 || b.block_table != nullptr),
              me + "query_start_loc, seq_lens and block_table must be device arrays, not null");
 
   thread_local DeviceBuffer<unsigned long long> first_bad(1);  // the smallest bad key, kNone when none

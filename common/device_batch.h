@@ -25,6 +25,7 @@ class DeviceBatch {
   // measures their cost.
   AttentionParams params() const { return params_; }
   void set_checked(bool on) { params_.checked = on; }
+  void set_batch_invariant(bool on) { params_.batch_invariant = on; }  // AttentionParams::batch_invariant
   void poison_outputs();                 // out, lse := NaN (every element must be written)
   std::vector<float> out_host() const;   // [num_tokens, num_q_heads, head_dim]
   std::vector<float> lse_host() const;   // [num_tokens, num_q_heads]
