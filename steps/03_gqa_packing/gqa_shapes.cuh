@@ -35,7 +35,7 @@ struct Tiling : Shape {
 
   static_assert(WARP_K % 16 == 0 && WARP_K * KV_WARPS == TILE_K,
                 "a warp's keys are consumed 16 at a time (the k of P*V, two n-tiles of Q*K^T)");
-  static_assert(HEAD_DIM % 64 == 0, "the swizzle XORs 3 bits of the chunk index: rows need >= 8 chunks");
+  static_assert(HEAD_DIM % 16 == 0, "the MMA's k-steps and the swizzle take 16 dims at a time");
 };
 
 // Decode-like batches (every request's tile fits 16 rows: decodes, short verify
@@ -57,9 +57,9 @@ struct PrefillShape {
   static constexpr int STAGES = 3, MIN_PROGRAMS_PER_SM = 1;
 };
 
-// A tile's rows hold HEAD_DIM = 64, 128 or 256 values: the swizzle needs 8
-// chunks of 16 bytes per row, and the fragment loops run over whole 64-dim
-// groups. A head_dim between those (80, 96 of Phi-3, 192) runs the next tile up
+// The tiles of stages 03-08 are built for HEAD_DIM = 64, 128 or 256 values per
+// row (stage 05's 8-bit layouts work in 64-dim groups). A head_dim between
+// those (80, 96 of Phi-3, 192) runs the next tile up
 // with its last dims padded: q, K and V are read for head_dim values only and
 // the rest of each shared row is zero-filled, so the padding adds 0 to every
 // score and its output dims are never stored. The bytes read are the cache's

@@ -39,9 +39,19 @@ namespace {
 
 // 16 rows, TILE_K = 4096 / HEAD_DIM keys per 8 KB tile (as stage 03's decode
 // tile), split over 2 warps.
+//
+// Head sizes between 64 and 128 (80, 96) get a tile of their own rather than
+// the 128-dim tile with padded rows: a padded row keeps 256 bytes of shared
+// memory for 160 or 192 bytes of data, so the 3 ring stages that fit 4 programs
+// per SM hold only 10 or 12 KB of each tile, and a decode then reads at ~0.7 /
+// ~0.8 of the floor against ~0.97 at 128 (H200, 64 x 4096): too few bytes in
+// flight. With rows stored at their own length (the swizzle adapts to it) a
+// 32-key tile takes 10 or 12 KB, and 5 or 4 stages fit beside each other.
 template <int HEAD_DIM_>
 struct TwoWarpDecodeShape {
-  static constexpr int HEAD_DIM = HEAD_DIM_, ROW_WARPS = 1, KV_WARPS = 2, TILE_K = 4096 / HEAD_DIM, STAGES = 3;
+  static constexpr int HEAD_DIM = HEAD_DIM_, ROW_WARPS = 1, KV_WARPS = 2;
+  static constexpr int TILE_K = HEAD_DIM % 64 == 0 ? 4096 / HEAD_DIM : 32;
+  static constexpr int STAGES = HEAD_DIM % 64 == 0 ? 3 : HEAD_DIM <= 80 ? 5 : 4;
   static constexpr int MIN_PROGRAMS_PER_SM = 1;
 };
 
@@ -172,11 +182,23 @@ struct Bf16SplitTiles {
     return tiles > merge ? tiles : merge;
   }
 
+  // The two-warp tile at a head_dim's own row length (80, 96: see TwoWarpDecodeShape).
+  template <int HEAD_DIM>
+  using CompactDecode = stage03::Tiling<TwoWarpDecodeShape<HEAD_DIM>>;
+
   template <class T, class Slice, class Mask>
   static void launch_tile(const AttentionParams& p, const stage03::Packing& pk, const Slice& slice, dim3 grid,
                           cudaStream_t stream) {
     if constexpr (T::KV_WARPS == 2) {
-      launch(two_warp_decode_kernel<T, Slice, Mask>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(), stream, p, pk, slice);
+      auto run = [&]<class U>() {
+        launch(two_warp_decode_kernel<U, Slice, Mask>, grid, dim3(U::NUM_THREADS), smem_bytes<U>(), stream, p, pk,
+               slice);
+      };
+      if constexpr (T::HEAD_DIM == 128) {
+        if (p.kv.head_dim == 96) return run.template operator()<CompactDecode<96>>();
+        if (p.kv.head_dim == 80) return run.template operator()<CompactDecode<80>>();
+      }
+      run.template operator()<T>();
     } else {
       stage03::Bf16Tiles::launch_tile<T, Slice, Mask>(p, pk, slice, grid, stream);
     }
@@ -185,6 +207,11 @@ struct Bf16SplitTiles {
 static_assert(fits_per_sm<Bf16SplitTiles, 64>() && fits_per_sm<Bf16SplitTiles, 128>() &&
                   fits_per_sm<Bf16SplitTiles, 256>(),
               "PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
+static_assert(PROGRAMS_PER_SM * (Bf16SplitTiles::smem_bytes<Bf16SplitTiles::CompactDecode<96>>() + SMEM_RESERVED_PER_BLOCK) <=
+                      HOPPER_SMEM_PER_SM &&
+                  PROGRAMS_PER_SM * (Bf16SplitTiles::smem_bytes<Bf16SplitTiles::CompactDecode<80>>() +
+                                     SMEM_RESERVED_PER_BLOCK) <= HOPPER_SMEM_PER_SM,
+              "PROGRAMS_PER_SM compact decode tiles must fit an H100/H200 SM");
 
 }  // namespace
 }  // namespace pa::stage04
