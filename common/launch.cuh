@@ -45,6 +45,34 @@ void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_by
 #endif
 }
 
+// launch() for a kernel that depends on the kernel launched just before it in
+// `stream` and calls wait_for_prior_grid() (ptx.cuh) before it reads that
+// kernel's results: on a GPU it may be scheduled while that kernel's last
+// programs still run, which hides the few microseconds a dependent launch
+// otherwise leaves the GPU idle (a split decode's merge after its splits). On the
+// CPU runtime the grids run in order anyway.
+template <class... KernelArgs, class... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                      Args&&... args) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+#if defined(__CUDACC__)
+  PA_REQUIRE(smem_bytes <= 48 * 1024, "launch_dependent: dynamic shared memory above 48 KB is not set up here");
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  PA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+#else
+  cpucuda::launch_kernel(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
+#endif
+}
+
 // Dynamic shared memory as a typed pointer. `extern __shared__` cannot bind to a
 // per-block buffer on the CPU, so kernels ask for it through this function.
 template <class T>

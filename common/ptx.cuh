@@ -167,6 +167,24 @@ __device__ __forceinline__ void prefetch_l2(const void* gmem) {
 #endif
 }
 
+// Programmatic dependent launch (Hopper), the device half of launch_dependent()
+// (launch.cuh). A kernel started that way may be running while the kernel
+// before it in the stream finishes; wait_for_prior_grid() blocks until that
+// kernel has completed and its writes are visible. allow_dependent_grid() lets
+// the next kernel start early (its programs take free SM slots and wait there)
+// instead of when this kernel's last program exits. On the CPU runtime grids
+// run one after the other, so both are nothing.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Closes the group of cp.async issued since the previous commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__)

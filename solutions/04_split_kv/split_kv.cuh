@@ -132,6 +132,10 @@ __global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionPa
   const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;                    // row of [num_tokens * Hq]
   const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;  // rows per split
 
+  // Launched as a dependent of the split kernel (launch_dependent): it may
+  // start while the last splits still run, and reads their partials only
+  // after this wait.
+  wait_for_prior_grid();
   SoftmaxState<4> acc;  // this thread's splits so far, dims [chunk * 4, chunk * 4 + 4)
   acc.init();
   //@ TODO 3: merge the partials with SoftmaxState::merge: split s is the state SoftmaxState<4>::partial(lse_s, o_s)
@@ -314,7 +318,7 @@ void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const S
     Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
   });
   if (part.num_splits > 1) {
-    launch(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
+    launch_dependent(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
            p, part);
   }
 }

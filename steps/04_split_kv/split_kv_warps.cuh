@@ -98,6 +98,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int key0 = warp * WARP_K;  // this warp's first key of every tile
+  // The merge kernel that follows a split launch may be scheduled once every
+  // program of this grid has started (it waits for this grid's results itself).
+  allow_dependent_grid();
 
   stage03::QueryTile qt;
   if (!qt.init<T>(p, pk, slice.query_tile()) || !stage03::serves(slice, qt.q_len)) return;
