@@ -304,12 +304,6 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
   try {
     switch (stage) {
       case 1: {
-        // Stage 01 reads the bf16 cache and does not check the format (a known
-        // defect, tests/test_property.cpp): only bf16 batches go there.
-        if (is_quantized(p.cfg.kv_format)) {
-          ++outcomes()["stage 01: skipped, an 8-bit cache"];
-          return;
-        }
         stage01::Workspace ws;
         stage01::forward(params, p.meta, ws);
         break;

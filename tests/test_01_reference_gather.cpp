@@ -27,5 +27,18 @@ TEST(Stage01Errors, RejectsSlidingWindow) {
                         });
 }
 
+// An 8-bit cache has no k_cache / v_cache: the gather would read a null
+// pointer (it did, and crashed, until the property test found it).
+TEST(Stage01Errors, RejectsEightBitCaches) {
+  for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+    AttentionConfig cfg = config(8, 2, 64, 16);
+    cfg.kv_format = f;
+    const Problem p = make_problem(cfg, milestone_requests());
+    DeviceBatch db(p);
+    stage01::Workspace ws;
+    expect_error([&] { stage01::forward(db.params(), p.meta, ws); }, "stage 01 gathers a bf16 cache");
+  }
+}
+
 }  // namespace
 }  // namespace pa::test

@@ -77,6 +77,9 @@ __global__ void naive_attention_kernel(const bf16* __restrict__ q,  // [q_len, H
 void forward(const AttentionParams& p, const BatchMeta& meta, Workspace& ws, cudaStream_t stream) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 01 implements plain causal attention: no sliding window, no sinks");
+  PA_REQUIRE(p.kv.format == KvFormat::bf16 && p.kv.k_cache != nullptr && p.kv.v_cache != nullptr,
+             std::string("stage 01 gathers a bf16 cache (k_cache, v_cache); this one is ") + name(p.kv.format) +
+                 ": 8-bit caches are stage 05's");
   // Each request is computed on its own, so it is batch-invariant as it stands (p.batch_invariant needs nothing).
   check_device_batch(p, "stage 01", stream);
   const int Hkv = p.kv.num_kv_heads, D = p.kv.head_dim;
