@@ -31,6 +31,7 @@ HEADLINE = [
     ("prefill", "batch:1/len:4096"),
     ("prefill", "batch:1/len:16384"),
     ("gptoss", None),  # every case of the family: layer:full and layer:window128
+    ("shapes", None),  # other models' shapes: Qwen3-235B (group 16), Phi-3-mini (head_dim 96)
 ]
 
 SINKS_DECODE = ("decode", "batch:64/ctx:4096")
