@@ -13,31 +13,36 @@
 
 namespace pa {
 
+#if defined(__CUDACC__)
+// Dynamic shared memory above 48 KB needs an opt-in per kernel; it is made once
+// per (device, kernel, size): the driver call costs host time that a decode
+// step of a few tens of microseconds would notice.
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t smem_bytes) {
+  if (smem_bytes <= 48 * 1024) return;
+  struct OptIn {
+    int device;
+    const void* kernel;
+    size_t bytes;
+  };
+  thread_local std::vector<OptIn> done;
+  int device = 0;
+  PA_CHECK(cudaGetDevice(&device));
+  const void* key = reinterpret_cast<const void*>(kernel);
+  for (const OptIn& o : done) {
+    if (o.device == device && o.kernel == key && o.bytes >= smem_bytes) return;
+  }
+  PA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+  done.push_back({device, key, smem_bytes});
+}
+#endif
+
 template <class... KernelArgs, class... Args>
 void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
             cudaStream_t stream, Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;  // nothing to do; CUDA would reject it
 #if defined(__CUDACC__)
-  if (smem_bytes > 48 * 1024) {
-    // Opt in once per (device, kernel, size): the driver call costs host time
-    // that a decode step of a few tens of microseconds would notice.
-    struct OptIn {
-      int device;
-      const void* kernel;
-      size_t bytes;
-    };
-    thread_local std::vector<OptIn> done;
-    int device = 0;
-    PA_CHECK(cudaGetDevice(&device));
-    const void* key = reinterpret_cast<const void*>(kernel);
-    bool found = false;
-    for (const OptIn& o : done) found = found || (o.device == device && o.kernel == key && o.bytes >= smem_bytes);
-    if (!found) {
-      PA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem_bytes)));
-      done.push_back({device, key, smem_bytes});
-    }
-  }
+  allow_dynamic_smem(kernel, smem_bytes);
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
   PA_CHECK(cudaGetLastError());
 #else
@@ -56,7 +61,7 @@ void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
                       Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #if defined(__CUDACC__)
-  PA_REQUIRE(smem_bytes <= 48 * 1024, "launch_dependent: dynamic shared memory above 48 KB is not set up here");
+  allow_dynamic_smem(kernel, smem_bytes);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

@@ -47,14 +47,36 @@ constexpr int MERGE_THREADS = 128;
 // right in spirit, only the wave count it aims for is off.)
 constexpr int PROGRAMS_PER_SM = 4;
 constexpr size_t HOPPER_SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
+// Whether PROGRAMS_PER_SM programs of tile T (of family Tiles) share an SM.
+template <class Tiles, class T>
+constexpr bool tile_fits_per_sm() {
+  return PROGRAMS_PER_SM * (Tiles::template smem_bytes<T>() + SMEM_RESERVED_PER_BLOCK) <= HOPPER_SMEM_PER_SM;
+}
 template <class Tiles, int HEAD_DIM>
 constexpr bool fits_per_sm() {
-  using T = typename Tiles::template Decode<HEAD_DIM>;
-  return PROGRAMS_PER_SM * (Tiles::template smem_bytes<T>() + SMEM_RESERVED_PER_BLOCK) <= HOPPER_SMEM_PER_SM;
+  return tile_fits_per_sm<Tiles, typename Tiles::template Decode<HEAD_DIM>>();
 }
 static_assert(fits_per_sm<stage03::Bf16Tiles, 64>() && fits_per_sm<stage03::Bf16Tiles, 128>() &&
                   fits_per_sm<stage03::Bf16Tiles, 256>(),
               "PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
+
+// One finished row as a partial: o * inv_l in fp32 at row part_row of part_o
+// ([rows, head_dim]) and its lse in part_lse ([rows]). The lane's values are
+// laid out as in stage03::WholeContext::store_row; a tile's padding dims past
+// head_dim are not stored. (Stage 07's prefix pass and the batch-invariant
+// mode write their partials with it too, at rows of their own layouts.)
+template <int O_TILES>
+__device__ __forceinline__ void store_partial_row(float* part_o, float* part_lse, size_t part_row, int head_dim,
+                                                  const float (&o)[O_TILES][4], int half, int t4, float inv_l,
+                                                  float lse) {
+  float* o_row = part_o + part_row * head_dim;  // [head_dim]
+#pragma unroll
+  for (int j = 0; j < O_TILES; ++j) {
+    if (8 * j >= head_dim) break;
+    *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
+  }
+  if (t4 == 0) part_lse[part_row] = lse;
+}
 
 // The slice policy of stage 03's kernel for split-KV, and the partials that the
 // merge kernel reads. blockIdx.x of the tile kernel is the split.
@@ -94,13 +116,7 @@ struct Splits {
       return;
     }
     const size_t part_row = static_cast<size_t>(blockIdx.x) * p.batch.num_tokens * p.num_q_heads + q_row;
-    float* o_row = part_o + part_row * p.kv.head_dim;  // [head_dim]
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) {
-      if (8 * j >= p.kv.head_dim) break;  // the tile's padding dims
-      *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
-    }
-    if (t4 == 0) part_lse[part_row] = lse;
+    store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
     //@ skeleton
     //@ (void)inv_l, (void)lse;
     //@ stage03::WholeContext{}.store_row(p, q_row, o, half, t4, 0.0f, 0.0f);  // placeholder: zero rows, lse 0

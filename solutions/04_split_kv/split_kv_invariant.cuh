@@ -92,13 +92,7 @@ struct InvariantSplits : Inner {
                                             int half, int t4, float inv_l, float lse) const {
     const size_t head = q_row % p.num_q_heads;
     const size_t part_row = (static_cast<size_t>(blockIdx.x) * p.batch.num_requests + blockIdx.z) * p.num_q_heads + head;
-    float* o_row = this->part_o + part_row * p.kv.head_dim;  // [head_dim]
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) {
-      if (8 * j >= p.kv.head_dim) break;  // a tile wider than head_dim: its padding dims
-      *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
-    }
-    if (t4 == 0) this->part_lse[part_row] = lse;
+    store_partial_row(this->part_o, this->part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
   }
 };
 

@@ -210,10 +210,8 @@ struct Bf16SplitTiles {
 static_assert(fits_per_sm<Bf16SplitTiles, 64>() && fits_per_sm<Bf16SplitTiles, 128>() &&
                   fits_per_sm<Bf16SplitTiles, 256>(),
               "PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
-static_assert(PROGRAMS_PER_SM * (Bf16SplitTiles::smem_bytes<Bf16SplitTiles::CompactDecode<96>>() + SMEM_RESERVED_PER_BLOCK) <=
-                      HOPPER_SMEM_PER_SM &&
-                  PROGRAMS_PER_SM * (Bf16SplitTiles::smem_bytes<Bf16SplitTiles::CompactDecode<80>>() +
-                                     SMEM_RESERVED_PER_BLOCK) <= HOPPER_SMEM_PER_SM,
+static_assert(tile_fits_per_sm<Bf16SplitTiles, Bf16SplitTiles::CompactDecode<96>>() &&
+                  tile_fits_per_sm<Bf16SplitTiles, Bf16SplitTiles::CompactDecode<80>>(),
               "PROGRAMS_PER_SM compact decode tiles must fit an H100/H200 SM");
 
 }  // namespace

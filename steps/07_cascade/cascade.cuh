@@ -61,13 +61,7 @@ struct PrefixSplits {
                                             int half, int t4, float inv_l, float lse) const {
     const size_t part_row =
         static_cast<size_t>(blockIdx.x / num_query_tiles) * p.batch.num_tokens * p.num_q_heads + q_row;
-    float* o_row = part_o + part_row * p.kv.head_dim;  // [head_dim]
-#pragma unroll
-    for (int j = 0; j < O_TILES; ++j) {
-      if (8 * j >= p.kv.head_dim) break;  // the tile's padding dims
-      *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t4) = make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
-    }
-    if (t4 == 0) part_lse[part_row] = lse;
+    stage04::store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
   }
 };
 
