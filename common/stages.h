@@ -122,6 +122,7 @@ struct Cascade {
   int num_prefix_splits = 1;    // the prefix pass cuts each prefix into this many key ranges
   int prefix_keys_per_split = 0;
   int max_own_keys = 0;         // the most keys a request reads in the suffix pass (its suffix, or all when plain)
+  bool warpgroup_prefix = false;  // the prefix pass runs stage 07's warpgroup (wgmma) kernel: bf16, head_dim <= 128
   DeviceBuffer<bf16> q;                 // [num_tokens, Hq, D]  the cascaded queries, gathered group by group
   DeviceBuffer<int> gather_rows;        // [num_tokens]         batch row of each gathered query
   DeviceBuffer<int> query_start_loc;    // [num_groups + 1]     gathered rows of each group
@@ -140,12 +141,16 @@ struct Cascade {
 // member whose table does not start with the group's blocks, a prefix that reaches into a member's
 // new tokens (prefix_len > seq_len - q_len), a sliding window (not supported with cascade).
 // Sinks are accepted here and refused by forward(); stage08::forward(p, cascade) runs them.
+// warpgroup_prefix: allow stage 07's warpgroup prefix pass (its "going further") where it serves the
+// batch; false keeps stage 03's tiles for the prefix (both are tested).
 Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
-             int force = -1);
+             int force = -1, bool warpgroup_prefix = true);
 // The cost model alone (no device work): the path a group of `members` requests sharing
 // `prefix_len` positions would take, each with `queries` query tokens and `suffix_len`
 // positions after the prefix, on a device with num_sms SMs.
-Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms);
+// warpgroup_prefix: time the warpgroup prefix pass where it serves the batch (plan()'s default).
+Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms,
+                 bool warpgroup_prefix = true);
 // Attention over any batch of bf16, int8 or fp8_e4m3 caches with the plan's groups.
 void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream = nullptr);
 }  // namespace stage07

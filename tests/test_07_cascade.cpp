@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <stdexcept>
 
 #include "common/quant.cuh"
 #include "tests/harness.h"
@@ -36,6 +37,9 @@ struct CascadeCase {
   Case c;            // config, requests, build options
   GroupSpec groups;  // which requests share which prefix
   int force;         // kCascade, kModel or kPlain
+  // plan()'s warpgroup_prefix: the warpgroup (wgmma) prefix pass where it serves
+  // (bf16, head_dim <= 128), or stage 03's tiles ("Classic_" cases) everywhere.
+  bool warpgroup = true;
 };
 
 std::string cascade_case_name(const testing::TestParamInfo<CascadeCase>& info) { return info.param.c.name; }
@@ -99,9 +103,12 @@ TEST_P(Stage07, MatchesOracleAndPlainPath) {
   Problem p = make_problem(k.c.cfg, k.c.requests, k.c.opt);
   const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
   DeviceBatch db(p);
-  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, k.force);
+  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, k.force, k.warpgroup);
 
   ASSERT_EQ(plan.paths.size(), groups.size()) << "one path per group";
+  const bool warpgroup_serves = p.cfg.kv_format == KvFormat::bf16 && p.cfg.head_dim <= 128;
+  EXPECT_EQ(plan.warpgroup_prefix, k.warpgroup && warpgroup_serves)
+      << "the warpgroup prefix pass serves bf16 caches with head_dim <= 128, when the plan allows it";
   if (k.force != kModel) {
     int cascaded = 0;
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -115,7 +122,8 @@ TEST_P(Stage07, MatchesOracleAndPlainPath) {
   }
 
   stage07::forward(db.params(), plan);
-  const std::string label = "case " + k.c.name + " (force " + std::to_string(k.force) + ")";
+  const std::string label = "case " + k.c.name + " (force " + std::to_string(k.force) +
+                            (plan.warpgroup_prefix ? ", warpgroup prefix pass)" : ", stage 03's prefix tiles)");
   expect_device_matches_oracle(p, db, label, reference_attention(p));
   const std::vector<float> out = db.out_host(), lse = db.lse_host();
 
@@ -262,6 +270,28 @@ std::vector<CascadeCase> stage07_cases() {
        two_groups_spec,
        kPlain},
   };
+  // Stage 03's tiles for the prefix pass where the warpgroup kernel would serve
+  // (plan(..., warpgroup_prefix = false)): the cases that reach its branches.
+  const std::vector<std::string> classic = {"Prefix37_InsideBlock_Suffix11_Decodes_Group4_D128",
+                                            "Prefix37_Decodes_MHA_D64",
+                                            "Prefix37_Decodes_Group3_D128",
+                                            "Prefix37_Decodes_Group2_D80",
+                                            "Prefix200_FortyMembers_TwoPrefixTiles_Qwen3Shape",
+                                            "Prefix37_PrefillChunks5_Group4_D128",
+                                            "Prefix37_DecodesAndAChunkInOneGroup_Group4_D128",
+                                            "TwoGroupsAndUngrouped_Mixed_Padding_Group4_D128",
+                                            "TwoGroupsAndUngrouped_DecodesOnly_Padding_Group3_D64",
+                                            "TwoGroups_LongAndShortPrefix_EmptyPrefixRanges_Group2_D64",
+                                            "LongSuffixes1100_SplitOwnPass_MHA_D64"};
+  const size_t listed = cases.size();
+  for (size_t i = 0; i < listed; ++i) {
+    if (std::find(classic.begin(), classic.end(), cases[i].c.name) == classic.end()) continue;
+    CascadeCase k = cases[i];
+    k.c.name = "Classic_" + k.c.name;
+    k.warpgroup = false;
+    cases.push_back(k);
+  }
+  if (cases.size() != listed + classic.size()) throw std::logic_error("a Classic_ case names no case of the list");
   if (kGpuBuild) {
     // Full size on a GPU: 64 decodes of Qwen3-8B sharing a 4000-token system prompt.
     const std::vector<int> all = members(0, 64);
@@ -269,6 +299,13 @@ std::vector<CascadeCase> stage07_cases() {
     cases.push_back({{"Gpu_Prefix4000_64Decodes_Qwen3Shape", qwen, decodes(64, 4000, 96)}, {{all, 4000}}, kCascade});
     cases.push_back({{"Gpu_Model_Prefix4000_64Decodes_Qwen3Shape", qwen, decodes(64, 4000, 96)}, {{all, 4000}},
                      kModel});
+    cases.push_back({{"Gpu_Classic_Prefix4000_64Decodes_Qwen3Shape", qwen, decodes(64, 4000, 96)}, {{all, 4000}},
+                     kCascade, false});
+    cases.push_back({{"Gpu_Prefix4000_64Decodes_MHA", config(32, 32, 128, 16), decodes(64, 4000, 128)},
+                     {{all, 4000}},
+                     kCascade});
+    cases.push_back({{"Gpu_Prefix4000_64PrefillChunks_Qwen3Shape", qwen, chunks(64, 4000, 96, 4)}, {{all, 4000}},
+                     kCascade});
     cases.push_back({{"Gpu_Int8_Prefix4000_64Decodes_Qwen3Shape", cfg_of(32, 8, 128, 16, F::int8),
                       decodes(64, 4000, 96)},
                      {{all, 4000}},
@@ -432,13 +469,13 @@ TEST(Stage07CostModel, LongPrefixManyMembersCascadesInt8) {
 }
 
 // The grid of issue #12 as an H200 measured it on 2026-11-30 with the two-warp
-// decode tile (plots/h200/cascade.json, ms_median of 07_cascade and 07_plain in
-// µs; Qwen3-8B shape, block 16, B decodes sharing a P-token prefix, S own
+// decode tile and stage 03's prefix tiles (the model with warpgroup_prefix =
+// false; ms_median of 07_cascade and 07_plain in µs; Qwen3-8B shape, block 16, B decodes sharing a P-token prefix, S own
 // positions each): measured facts of that GPU, so the
 // model is asked with num_sms = 132. Where one path is more than 10% slower,
 // the model must pick the other (a wrong pick there breaks the 1.10x bound);
 // overall it must pick the faster path in at least 41 of the 45 cells.
-TEST(Stage07CostModel, PicksTheFasterPathOnTheH200Grid) {
+TEST(Stage07CostModel, PicksTheFasterPathOnTheH200GridClassicPrefix) {
   struct Cell {
     int P, B, S;
     double cascade_us, plain_us;
@@ -463,7 +500,7 @@ TEST(Stage07CostModel, PicksTheFasterPathOnTheH200Grid) {
   int right = 0;
   for (const Cell& c : cells) {
     const AttentionParams p = decode_plan_sizes(c.B, c.P + c.S + 1);
-    const Path got = stage07::choose_path(p, c.B, c.P, 1, c.S, kH200Sms);
+    const Path got = stage07::choose_path(p, c.B, c.P, 1, c.S, kH200Sms, /*warpgroup_prefix=*/false);
     const Path faster = c.cascade_us < c.plain_us ? Path::cascade : Path::plain;
     right += got == faster;
     const double ratio = std::max(c.cascade_us, c.plain_us) / std::min(c.cascade_us, c.plain_us);

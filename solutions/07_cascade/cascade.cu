@@ -46,6 +46,9 @@ constexpr double PREFILL_TILE_KEY_S = 28e-9;      // one key through one 128-row
 constexpr double LAUNCH_S = 3e-6;                 // one kernel launch: gather, a pass, a merge
 constexpr double PROGRAM_START_S = 6e-6;          // per wave: the Q tile's load and the K/V ring's fill
 constexpr double PREFIX_SPLIT_MERGE_S = 0.4e-6;   // per prefix split: the suffix pass merges them one by one
+// The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on the same grid:
+constexpr double H200_WARPGROUP_FLOP_PER_S = 4.5e14;  // wgmma in 64/128-row tiles, all SMs
+constexpr double WARPGROUP_ROW_KEY_S = 0.11e-9;       // one key through one program, per tile row
 constexpr int H200_SMS = 132;
 
 // A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded
@@ -55,6 +58,8 @@ struct TileShape {
   int rows, per_sm;
 };
 TileShape tile_shape(int rows) { return rows <= 16 ? TileShape{16, stage04::PROGRAMS_PER_SM} : TileShape{128, 1}; }
+// The warpgroup prefix tile (prefix_warpgroup.cuh): 64 rows, two per SM, or 128, one per SM.
+TileShape warpgroup_shape(int rows) { return warpgroups_for(rows) == 1 ? TileShape{64, 2} : TileShape{128, 1}; }
 
 // How the prefix pass cuts the prefix: enough splits for one wave of its tiles,
 // in whole 64-key tiles. plan() uses it for the batch (its largest group), and
@@ -64,9 +69,9 @@ struct PrefixSplitPlan {
   int query_tiles, keys_per_split, num_splits;
 };
 PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tokens, int prefix_len, int num_groups,
-                                  int num_sms) {
+                                  int num_sms, bool warpgroup) {
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
-  const TileShape tile = tile_shape(group_tokens * group_pad);
+  const TileShape tile = warpgroup ? warpgroup_shape(group_tokens * group_pad) : tile_shape(group_tokens * group_pad);
   const int query_tiles = ceil_div(group_tokens * group_pad, tile.rows);
   const int tiles = query_tiles * p.kv.num_kv_heads * num_groups;
   const int wanted = std::clamp(tile.per_sm * num_sms / std::max(1, tiles), 1, stage04::MAX_SPLITS);
@@ -78,61 +83,75 @@ void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
 
 }  // namespace
 
-Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms) {
+Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms,
+                 bool warpgroup_prefix) {
   //@ TODO 4: the cost model: cascade when gather + prefix pass + suffix pass beat the plain pass; each pass = launch + start-up per wave + max(bytes, FLOPs, longest program's keys)
   if (members < 2 || queries < 1) return Path::plain;  // a group of one reads its prefix once either way
   // K and V of one position, all KV heads: bf16 values, or 1-byte codes and an fp32 scale.
   const double token_bytes = 2.0 * p.kv.num_kv_heads *
                              (is_quantized(p.kv.format) ? p.kv.head_dim + sizeof(float) : 2.0 * p.kv.head_dim);
   const double scale = static_cast<double>(num_sms) / H200_SMS;
-  const double read_rate = H200_READ_BYTES_PER_S * scale, flop_rate = H200_TILE_FLOP_PER_S * scale;
+  const double read_rate = H200_READ_BYTES_PER_S * scale;
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
   const int hkv = p.kv.num_kv_heads, bs = p.kv.block_size;
   const double key_flops = 4.0 * hkv * group_pad * p.kv.head_dim;  // Q K^T and P V of one query token and key
   // One launch: its start-up per wave of programs, then its bytes, its FLOPs or its longest program.
-  auto pass = [&](double programs, int per_sm, double keys, double key_s, double bytes, double flops) {
+  auto pass = [&](double programs, int per_sm, double keys, double key_s, double bytes, double flops,
+                  double flop_rate) {
     const double waves = std::ceil(programs / (static_cast<double>(per_sm) * num_sms));
     return LAUNCH_S + waves * PROGRAM_START_S +
-           std::max({bytes / read_rate, flops / flop_rate, waves * keys * key_s});
+           std::max({bytes / read_rate, flops / (flop_rate * scale), waves * keys * key_s});
   };
   // Every member's queries over `span` keys of its own, as launch_suffix runs
   // them: stage 04's split plan for decodes (and its merge kernel when it
-  // splits), else whole query tiles over the whole span.
-  auto own_keys = [&](int span) {
+  // splits, unless the caller merges: `merged`), else whole query tiles over the whole span.
+  auto own_keys = [&](int span, bool merged) {
     const double bytes = static_cast<double>(members) * span * token_bytes;
     if (queries == 1) {
       AttentionParams batch = p;
       batch.batch.num_requests = members;
       const stage04::SplitPlan sp = stage04::plan_rule(batch, num_sms, span);
       const double t = pass(static_cast<double>(sp.num_splits) * members * hkv, stage04::PROGRAMS_PER_SM,
-                            static_cast<double>(sp.blocks_per_split) * bs, DECODE_TILE_KEY_S, bytes, 0.0);
-      return sp.num_splits > 1 ? t + LAUNCH_S : t;
+                            static_cast<double>(sp.blocks_per_split) * bs, DECODE_TILE_KEY_S, bytes, 0.0, 1.0);
+      return sp.num_splits > 1 && !merged ? t + LAUNCH_S : t;
     }
     const TileShape tile = tile_shape(queries * group_pad);
     const int query_tiles = ceil_div(queries * group_pad, tile.rows);
     return pass(static_cast<double>(query_tiles) * members * hkv, tile.per_sm,
                 static_cast<double>(ceil_div(span, bs)) * bs,
                 tile.rows == 16 ? DECODE_TILE_KEY_S : PREFILL_TILE_KEY_S, query_tiles * bytes,
-                key_flops * members * queries * span);
+                key_flops * members * queries * span, H200_TILE_FLOP_PER_S);
   };
-  const double plain = own_keys(prefix_len + suffix_len + queries);
+  const double plain = own_keys(prefix_len + suffix_len + queries, false);
   // The prefix pass: every query tile of the group reads each prefix key once.
-  const PrefixSplitPlan pre = prefix_split_plan(p, members * queries, prefix_len, 1, num_sms);
+  const bool warpgroup = warpgroup_prefix && warpgroup_prefix_serves(p);
+  const PrefixSplitPlan pre = prefix_split_plan(p, members * queries, prefix_len, 1, num_sms, warpgroup);
+  const double key_s = warpgroup              ? WARPGROUP_ROW_KEY_S * pre.tile.rows
+                       : pre.tile.rows == 16 ? DECODE_TILE_KEY_S
+                                             : PREFILL_TILE_KEY_S;
   const double prefix_pass =
-      pass(static_cast<double>(pre.num_splits) * pre.query_tiles * hkv, pre.tile.per_sm, pre.keys_per_split,
-           pre.tile.rows == 16 ? DECODE_TILE_KEY_S : PREFILL_TILE_KEY_S,
-           static_cast<double>(pre.query_tiles) * prefix_len * token_bytes,
-           key_flops * members * queries * prefix_len);
-  const double cascade = LAUNCH_S /* the gather */ + prefix_pass + own_keys(suffix_len + queries) +
-                         pre.num_splits * PREFIX_SPLIT_MERGE_S;
+      pass(static_cast<double>(pre.num_splits) * pre.query_tiles * hkv, pre.tile.per_sm, pre.keys_per_split, key_s,
+           static_cast<double>(pre.query_tiles) * prefix_len * token_bytes, key_flops * members * queries * prefix_len,
+           warpgroup ? H200_WARPGROUP_FLOP_PER_S : H200_TILE_FLOP_PER_S);
+  const double merge_prefix = pre.num_splits * PREFIX_SPLIT_MERGE_S;
+  double cascade;
+  if (!warpgroup) {
+    cascade = LAUNCH_S /* the gather */ + prefix_pass + own_keys(suffix_len + queries, false) + merge_prefix;
+  } else if (queries == 1) {
+    // Decodes: the suffix pass beside the prefix pass, then one merge launch.
+    cascade = std::max(prefix_pass, own_keys(suffix_len + queries, true)) + LAUNCH_S + merge_prefix;
+  } else {
+    cascade = prefix_pass + own_keys(suffix_len + queries, false) + merge_prefix;
+  }
   return cascade < plain ? Path::cascade : Path::plain;
   //@ skeleton
-  //@ (void)p, (void)members, (void)prefix_len, (void)queries, (void)suffix_len, (void)num_sms;
+  //@ (void)p, (void)members, (void)prefix_len, (void)queries, (void)suffix_len, (void)num_sms, (void)warpgroup_prefix;
   //@ PA_TODO_HOST(4, "07_cascade");
   //@ end
 }
 
-Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force) {
+Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force,
+             bool warpgroup_prefix) {
   PA_REQUIRE(!p.batch_invariant,
              "stage 07: cascade has no batch-invariant mode: its prefix pass runs a request's queries with the "
              "rest of its group, so its bits depend on the group by design; use stages 04-06 or 08 for that");
@@ -180,6 +199,7 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   }
 
   Cascade c;
+  c.warpgroup_prefix = warpgroup_prefix && warpgroup_prefix_serves(p);
   const int num_sms = stage04::sm_count();
   std::vector<int> qsl{0}, seq, plens, table, rows, suffix_begin(R, 0), row_of(meta.num_tokens, -1);
   for (const PrefixGroup& grp : groups) {
@@ -188,7 +208,8 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     const int n = static_cast<int>(grp.members.size());
     const Path path = force == 1   ? Path::cascade
                       : force == 0 ? Path::plain
-                                   : choose_path(p, n, grp.prefix_len, ceil_div(queries, n), suffix / n, num_sms);
+                                   : choose_path(p, n, grp.prefix_len, ceil_div(queries, n), suffix / n, num_sms,
+                                                 c.warpgroup_prefix);
     c.paths.push_back(queries == 0 ? Path::plain : path);
     if (c.paths.back() == Path::plain) continue;
     for (int m : grp.members) {
@@ -217,7 +238,8 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   for (int r = 0; r < R; ++r) c.max_own_keys = std::max(c.max_own_keys, meta.seq_lens[r] - suffix_begin[r]);
   // Prefix splits: enough programs for one wave of the prefix pass's tiles.
   if (c.num_groups > 0) {
-    const PrefixSplitPlan pre = prefix_split_plan(p, c.max_group_tokens, c.max_prefix_len, c.num_groups, num_sms);
+    const PrefixSplitPlan pre =
+        prefix_split_plan(p, c.max_group_tokens, c.max_prefix_len, c.num_groups, num_sms, c.warpgroup_prefix);
     c.prefix_keys_per_split = pre.keys_per_split;
     c.num_prefix_splits = pre.num_splits;
     const size_t part_rows = static_cast<size_t>(c.num_prefix_splits) * c.num_tokens * p.num_q_heads;

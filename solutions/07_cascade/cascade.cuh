@@ -30,6 +30,7 @@
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
 #include "solutions/05_quantized_kv/quantized_tile.cuh"
+#include "prefix_warpgroup.cuh"
 
 namespace pa::stage07 {
 namespace {
@@ -151,6 +152,18 @@ struct SuffixSplits : stage04::Splits {
   }
 };
 
+// The suffix pass's Slice when it runs beside the prefix pass (decode batches,
+// prefix_warpgroup.cuh): stage 04's splits over the request's own keys, each
+// split a partial, one split included; merge_cascade_kernel merges them all.
+struct SuffixPartials : SuffixSplits {
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    const size_t part_row = static_cast<size_t>(blockIdx.x) * p.batch.num_tokens * p.num_q_heads + q_row;
+    stage04::store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
+  }
+};
+
 // Program (request r, query head h) of a decode batch: merges r's suffix splits
 // and, when r is cascaded, its prefix partials, thread i owning dims 4i..4i+3
 // (HEAD_DIM: the tile's row; threads past head_dim merge zeros and store nothing).
@@ -245,12 +258,57 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
   stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
 }
 
+// Going further: the warpgroup prefix pass (prefix_warpgroup.cuh), no gather.
+// A decode batch runs its suffix pass on a second stream at the same time, as
+// partials, and one merge kernel joins both; other batches run the two passes
+// one after the other as below.
+template <int HEAD_DIM, class Tiles, class Adapt>
+void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
+                       cudaStream_t stream, const Adapt& adapt) {
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  if (!decode_only) {
+    launch_prefix_warpgroups<HEAD_DIM>(p, pk, c, stream);
+    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+    return;
+  }
+  SideStream& side = side_stream();
+  PA_CHECK(cudaEventRecord(side.fork, stream));  // the side stream starts after everything before this step
+  PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
+  launch_prefix_warpgroups<HEAD_DIM>(p, pk, c, stream);  // first, so that its large programs find room
+
+  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
+  const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
+  stage04::Workspace& ws = stage04::workspace();
+  ws.o.resize(rows * p.kv.head_dim);
+  ws.lse.resize(rows);
+  SuffixPartials slice;
+  static_cast<stage04::Splits&>(slice) =
+      stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
+  slice.suffix_begin = c.suffix_begin.data();
+  const auto adapted = adapt(slice);
+  stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
+        p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), side.stream);
+  });
+  PA_CHECK(cudaEventRecord(side.join, side.stream));
+  PA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
+  const PrefixPartials prefix{c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits,
+                              c.num_tokens};
+  launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream, p,
+         static_cast<const stage04::Splits&>(slice), prefix);
+}
+
 // Both passes with tile family Tiles; `adapt` wraps the suffix pass's Slice
 // (stage 08 adds sinks to each row's own partial there).
 template <class Tiles, class Adapt = stage03::SameSlice>
 void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
                   const Adapt& adapt = {}) {
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    if constexpr (HEAD_DIM <= 128) {
+      if (c.num_groups > 0 && c.warpgroup_prefix && warpgroup_prefix_serves(p)) {
+        return forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+      }
+    }
     if (c.num_groups > 0) {
       // The cascaded queries as one batch of one "request" per group, placed after its prefix.
       const int row_elems = p.num_q_heads * p.kv.head_dim;

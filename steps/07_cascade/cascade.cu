@@ -46,6 +46,9 @@ constexpr double PREFILL_TILE_KEY_S = 28e-9;      // one key through one 128-row
 constexpr double LAUNCH_S = 3e-6;                 // one kernel launch: gather, a pass, a merge
 constexpr double PROGRAM_START_S = 6e-6;          // per wave: the Q tile's load and the K/V ring's fill
 constexpr double PREFIX_SPLIT_MERGE_S = 0.4e-6;   // per prefix split: the suffix pass merges them one by one
+// The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on the same grid:
+constexpr double H200_WARPGROUP_FLOP_PER_S = 4.5e14;  // wgmma in 64/128-row tiles, all SMs
+constexpr double WARPGROUP_ROW_KEY_S = 0.11e-9;       // one key through one program, per tile row
 constexpr int H200_SMS = 132;
 
 // A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded
@@ -55,6 +58,8 @@ struct TileShape {
   int rows, per_sm;
 };
 TileShape tile_shape(int rows) { return rows <= 16 ? TileShape{16, stage04::PROGRAMS_PER_SM} : TileShape{128, 1}; }
+// The warpgroup prefix tile (prefix_warpgroup.cuh): 64 rows, two per SM, or 128, one per SM.
+TileShape warpgroup_shape(int rows) { return warpgroups_for(rows) == 1 ? TileShape{64, 2} : TileShape{128, 1}; }
 
 // How the prefix pass cuts the prefix: enough splits for one wave of its tiles,
 // in whole 64-key tiles. plan() uses it for the batch (its largest group), and
@@ -64,9 +69,9 @@ struct PrefixSplitPlan {
   int query_tiles, keys_per_split, num_splits;
 };
 PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tokens, int prefix_len, int num_groups,
-                                  int num_sms) {
+                                  int num_sms, bool warpgroup) {
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
-  const TileShape tile = tile_shape(group_tokens * group_pad);
+  const TileShape tile = warpgroup ? warpgroup_shape(group_tokens * group_pad) : tile_shape(group_tokens * group_pad);
   const int query_tiles = ceil_div(group_tokens * group_pad, tile.rows);
   const int tiles = query_tiles * p.kv.num_kv_heads * num_groups;
   const int wanted = std::clamp(tile.per_sm * num_sms / std::max(1, tiles), 1, stage04::MAX_SPLITS);
@@ -78,13 +83,15 @@ void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
 
 }  // namespace
 
-Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms) {
+Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms,
+                 bool warpgroup_prefix) {
   // TODO 4: the cost model: cascade when gather + prefix pass + suffix pass beat the plain pass; each pass = launch + start-up per wave + max(bytes, FLOPs, longest program's keys)
-  (void)p, (void)members, (void)prefix_len, (void)queries, (void)suffix_len, (void)num_sms;
+  (void)p, (void)members, (void)prefix_len, (void)queries, (void)suffix_len, (void)num_sms, (void)warpgroup_prefix;
   PA_TODO_HOST(4, "07_cascade");
 }
 
-Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force) {
+Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups, int force,
+             bool warpgroup_prefix) {
   PA_REQUIRE(!p.batch_invariant,
              "stage 07: cascade has no batch-invariant mode: its prefix pass runs a request's queries with the "
              "rest of its group, so its bits depend on the group by design; use stages 04-06 or 08 for that");
@@ -132,6 +139,7 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   }
 
   Cascade c;
+  c.warpgroup_prefix = warpgroup_prefix && warpgroup_prefix_serves(p);
   const int num_sms = stage04::sm_count();
   std::vector<int> qsl{0}, seq, plens, table, rows, suffix_begin(R, 0), row_of(meta.num_tokens, -1);
   for (const PrefixGroup& grp : groups) {
@@ -140,7 +148,8 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     const int n = static_cast<int>(grp.members.size());
     const Path path = force == 1   ? Path::cascade
                       : force == 0 ? Path::plain
-                                   : choose_path(p, n, grp.prefix_len, ceil_div(queries, n), suffix / n, num_sms);
+                                   : choose_path(p, n, grp.prefix_len, ceil_div(queries, n), suffix / n, num_sms,
+                                                 c.warpgroup_prefix);
     c.paths.push_back(queries == 0 ? Path::plain : path);
     if (c.paths.back() == Path::plain) continue;
     for (int m : grp.members) {
@@ -169,7 +178,8 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   for (int r = 0; r < R; ++r) c.max_own_keys = std::max(c.max_own_keys, meta.seq_lens[r] - suffix_begin[r]);
   // Prefix splits: enough programs for one wave of the prefix pass's tiles.
   if (c.num_groups > 0) {
-    const PrefixSplitPlan pre = prefix_split_plan(p, c.max_group_tokens, c.max_prefix_len, c.num_groups, num_sms);
+    const PrefixSplitPlan pre =
+        prefix_split_plan(p, c.max_group_tokens, c.max_prefix_len, c.num_groups, num_sms, c.warpgroup_prefix);
     c.prefix_keys_per_split = pre.keys_per_split;
     c.num_prefix_splits = pre.num_splits;
     const size_t part_rows = static_cast<size_t>(c.num_prefix_splits) * c.num_tokens * p.num_q_heads;

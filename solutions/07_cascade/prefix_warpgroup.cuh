@@ -1,0 +1,281 @@
+// Going further (stage 07): the prefix pass on Hopper's warpgroup MMA, beside
+// the suffix pass instead of before it.
+//
+// The prefix pass is the one part of a decode step that is not memory bound:
+// 64 decodes x 32 query heads against a 4000-key prefix are 4.2 GFLOP for 16 MB
+// of K/V (Qwen3-8B). Stage 03's 128-row tile does it with mma.sync at ~180
+// TFLOP/s on the H200, ~23 us, where the whole step's bytes take 11 us. Each of
+// its warps owns 16 rows and reads every K/V tile from shared memory on its own
+// (ldmatrix), so 8 warps read each tile 8 times.
+//
+// This kernel keeps the idea (all of a group's queries as tile rows, the
+// prefix's keys once, split into ranges, partials out) and changes the machine
+// underneath:
+//  - a warpgroup (4 warps, 64 rows) multiplies with wgmma (common/wgmma.cuh):
+//    Q and P stay in registers as A fragments, exactly mma.sync's, and the
+//    tensor core reads K and V from shared memory itself, once per 64 rows;
+//  - K/V tiles sit in shared memory in the hardware's 128-byte swizzle, as
+//    64-dim slabs, so that the descriptor can name them;
+//  - the query gather is folded into the Q load (row -> its batch row through
+//    gather_rows), which saves the gather launch;
+//  - for decode batches the suffix pass runs at the same time on a second
+//    stream (cascade.cuh): this kernel is compute bound and the suffix pass is
+//    memory bound, so each hides much of the other, and one merge kernel
+//    combines the partials of both at the end.
+// The online softmax, the masks' rule and the partials' layout are stage 03/04's.
+// bf16 caches with head_dim up to 128; other shapes take stage 03's tiles.
+#pragma once
+
+#include <vector>
+
+#include "common/attention_params.h"
+#include "common/check.h"
+#include "common/cuda_compat.cuh"
+#include "common/launch.cuh"
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/stages.h"
+#include "common/wgmma.cuh"
+#include "solutions/03_gqa_packing/gqa_packing.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
+
+namespace pa::stage07 {
+namespace {
+
+// What the warpgroup prefix kernel reads besides AttentionParams (whose q and
+// caches are the batch's own).
+struct PrefixJob {
+  const int* gather_rows;  // [gathered tokens]           batch row of each cascaded query, group by group
+  const int* group_begin;  // [num_groups + 1]            each group's first gathered token
+  const int* prefix_lens;  // [num_groups]
+  const int* block_table;  // [num_groups, max_blocks]    the prefixes' blocks
+  int max_blocks;
+  float* part_o;           // [num_splits, gathered tokens, Hq, D]  normalized partials
+  float* part_lse;         // [num_splits, gathered tokens, Hq]     their lse, -inf when empty
+  int num_gathered;
+  int num_query_tiles;
+  int keys_per_split;      // a multiple of TILE_K
+};
+
+// WARPGROUPS x 64 rows, 64-key K/V tiles in STAGES ring slots.
+template <int HEAD_DIM_, int WARPGROUPS_>
+struct WarpgroupTile {
+  static constexpr int HEAD_DIM = HEAD_DIM_, WARPGROUPS = WARPGROUPS_;
+  static constexpr int ROWS = 64 * WARPGROUPS, NUM_THREADS = 128 * WARPGROUPS, TILE_K = 64;
+  // Two ring slots: one tile lands while the other is multiplied. With a 128-row
+  // tile the math of a tile takes longer than its copy (from the L2 for an
+  // L2-sized prefix), and the shared memory left over holds suffix programs.
+  static constexpr int STAGES = 2;
+  static constexpr int SLABS = HEAD_DIM / 64;      // 64-dim slabs of a K/V row
+  static constexpr int SLAB_ELEMS = TILE_K * 64;   // one slab of a tile: 8 KB
+  static constexpr int KV_ELEMS = SLABS * SLAB_ELEMS;
+  static constexpr int CHUNKS = HEAD_DIM / 8;
+  static constexpr size_t ALIGN = 1024;            // the swizzle atoms must be 1024-byte aligned
+  static constexpr size_t smem_bytes() {
+    return ALIGN + sizeof(bf16) * (2 * STAGES * KV_ELEMS + static_cast<size_t>(ROWS) * HEAD_DIM);
+  }
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "Q and O in registers: head_dim up to 128");
+};
+
+// Grid: (query tiles x splits, num_kv_heads, groups); blockIdx.x = split *
+// num_query_tiles + query tile. Dynamic shared memory: T::smem_bytes().
+template <class T>
+__global__ void __launch_bounds__(T::NUM_THREADS, 1)
+    prefix_warpgroup_kernel(AttentionParams p, stage03::Packing pk, PrefixJob job) {
+  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES, SLABS = T::SLABS;
+  constexpr int S_TILES = TILE_K / 8, O_TILES = HEAD_DIM / 8;
+  unsigned char* raw = dynamic_smem<unsigned char>();
+  bf16* k_s = reinterpret_cast<bf16*>(raw + (T::ALIGN - reinterpret_cast<uintptr_t>(raw) % T::ALIGN) % T::ALIGN);
+  bf16* v_s = k_s + STAGES * T::KV_ELEMS;  // [STAGES][SLABS][TILE_K][64] Sw128, as k_s
+  bf16* q_s = v_s + STAGES * T::KV_ELEMS;  // [ROWS, HEAD_DIM] stage 03's swizzle
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+
+  const int split = blockIdx.x / job.num_query_tiles, query_tile = blockIdx.x % job.num_query_tiles;
+  const int kv_head = blockIdx.y, grp = blockIdx.z;
+  const int tok0 = job.group_begin[grp], group_tokens = job.group_begin[grp + 1] - tok0;
+  const int row0 = query_tile * T::ROWS;
+  if ((row0 >> pk.group_shift) >= group_tokens) return;  // the grid is sized for the largest group
+  const int dims = p.kv.head_dim;
+  // Tile row m: gathered token (row0 + m) / GROUP_PAD, head (row0 + m) % GROUP_PAD of the KV head's group.
+  auto row_of = [&](int m, int& token, int& head) {
+    token = (row0 + m) >> pk.group_shift;
+    head = (row0 + m) & ((1 << pk.group_shift) - 1);
+    return token < group_tokens && head < pk.group;
+  };
+
+  // Q, gathered on the way in: row m comes from its batch row (zeros for padding rows and dims).
+  for (int c = threadIdx.x; c < T::ROWS * T::CHUNKS; c += T::NUM_THREADS) {
+    const int m = c / T::CHUNKS, chunk = c % T::CHUNKS;
+    int token, head;
+    const bool read = row_of(m, token, head) && chunk * 8 < dims;
+    const bf16* src =
+        read ? p.q + (static_cast<size_t>(job.gather_rows[tok0 + token]) * p.num_q_heads + kv_head * pk.group + head) *
+                         dims + chunk * 8
+             : p.q;
+    cp_async_16(q_s + swizzle<HEAD_DIM>(m, chunk), src, read);
+  }
+  cp_async_commit();
+
+  // This split's keys of the prefix; every query comes after the prefix, so all see all of them.
+  const int begin = split * job.keys_per_split;
+  const int end = min(job.prefix_lens[grp], begin + job.keys_per_split);
+  const int num_tiles = end > begin ? (end - begin + TILE_K - 1) / TILE_K : 0;
+  const int* table = job.block_table + static_cast<size_t>(grp) * job.max_blocks;
+  const int block_mask = (1 << pk.block_shift) - 1;
+  auto load_tile = [&](int tile, int slot) {
+    bf16* k_dst = k_s + slot * T::KV_ELEMS;
+    bf16* v_dst = v_s + slot * T::KV_ELEMS;
+#pragma unroll
+    for (int i = 0; i < TILE_K * T::CHUNKS / T::NUM_THREADS; ++i) {
+      const int c = threadIdx.x + i * T::NUM_THREADS;
+      const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;  // 16 lanes copy one key's 256 bytes
+      const int pos = begin + tile * TILE_K + j;
+      const bool in_range = pos < end && chunk * 8 < dims;
+      const size_t row = in_range ? (static_cast<size_t>(static_cast<uint32_t>(table[pos >> pk.block_shift])
+                                                         << pk.block_shift) + (pos & block_mask)) *
+                                            p.kv.num_kv_heads + kv_head
+                                  : 0;
+      const size_t offset = in_range ? row * dims + chunk * 8 : 0;
+      const int dst = (chunk / 8) * T::SLAB_ELEMS + sw128(j, (chunk % 8) * 8);
+      cp_async_16(k_dst + dst, p.kv.k_cache + offset, in_range);  // zero-filled past the range
+      cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
+    }
+  };
+  CpAsyncRing<STAGES>::prologue(num_tiles, load_tile);
+  CpAsyncRing<STAGES>::wait_prologue();
+  __syncthreads();
+
+  uint32_t q_regs[HEAD_DIM / 16][4];  // this warp's 16 rows as A fragments, for the whole key loop
+#pragma unroll
+  for (int ks = 0; ks < HEAD_DIM / 16; ++ks) stage03::q_a_fragment<HEAD_DIM>(q_regs[ks], q_s, warp, ks, lane);
+
+  FragSoftmax<O_TILES> sm;
+  sm.init();
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    // The ring's advance, with the fence that hands cp.async's writes to the
+    // tensor core's reads (a different proxy) before the barrier publishes them.
+    cp_async_wait<STAGES - 2>();
+    fence_async_smem();
+    __syncthreads();
+    if (tile + STAGES - 1 < num_tiles) load_tile(tile + STAGES - 1, (tile + STAGES - 1) % STAGES);
+    cp_async_commit();
+    const bf16* k_tile = k_s + (tile % STAGES) * T::KV_ELEMS;
+    const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;
+
+    // S = Q K^T: 64 rows x 64 keys per warpgroup, k-steps of 16 dims.
+    float s[S_TILES][4];
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    wgmma_pin(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+      wgmma_k_major(s, q_regs[ks], k_tile + (ks / 4) * T::SLAB_ELEMS, (ks % 4) * 16);
+    }
+    wgmma_commit_and_wait();
+    wgmma_pin(s);
+
+    const int kv_start = begin + tile * TILE_K;
+    if (kv_start + TILE_K > end) {  // the split's last tile: keys past its end score -inf
+#pragma unroll
+      for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (kv_start + 8 * j + 2 * t4 + (e & 1) >= end) s[j][e] = -INFINITY;
+        }
+      }
+    }
+    float alpha[2];
+    sm.raise_max(s, pk.scale_log2, alpha);
+    sm.weights(s, pk.scale_log2);
+
+    // O += P V: P's A fragments straight from S's accumulators (as stage 03).
+    uint32_t pa[TILE_K / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < TILE_K / 16; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    wgmma_pin(sm.o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < TILE_K / 16; ++kk) {
+#pragma unroll
+      for (int h = 0; h < SLABS; ++h) {
+        // Output dims 64h..64h+63 are the O tiles 8h..8h+7.
+        wgmma_mn_major(*reinterpret_cast<float(*)[8][4]>(&sm.o[8 * h]), pa[kk], v_tile + h * T::SLAB_ELEMS, 16 * kk);
+      }
+    }
+    wgmma_commit_and_wait();
+    wgmma_pin(sm.o);
+  }
+  CpAsyncRing<STAGES>::drain();
+  sm.sum_rows();
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    int token, head;
+    if (!row_of(warp * 16 + g + 8 * i, token, head)) continue;
+    const size_t part_row = (static_cast<size_t>(split) * job.num_gathered + tok0 + token) * p.num_q_heads +
+                            kv_head * pk.group + head;
+    stage04::store_partial_row(job.part_o, job.part_lse, part_row, dims, sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+  }
+}
+
+// The warpgroup tile for the largest group: one warpgroup when its rows fit
+// 64, else two (128 rows, one program per SM).
+inline int warpgroups_for(int group_rows) { return group_rows <= 64 ? 1 : 2; }
+
+// Whether the warpgroup prefix pass serves this batch: bf16 caches, rows of up to 128 values.
+inline bool warpgroup_prefix_serves(const AttentionParams& p) {
+  return p.kv.format == KvFormat::bf16 && stage03::tile_head_dim(p.kv.head_dim) <= 128;
+}
+
+template <int HEAD_DIM>
+void launch_prefix_warpgroups(const AttentionParams& p, const stage03::Packing& pk, const Cascade& c,
+                              cudaStream_t stream) {
+  auto run = [&]<int WARPGROUPS>() {
+    using T = WarpgroupTile<HEAD_DIM, WARPGROUPS>;
+    PrefixJob job{c.gather_rows.data(), c.query_start_loc.data(), c.prefix_lens.data(), c.block_table.data(),
+                  c.max_prefix_blocks, const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
+                  c.num_tokens, stage03::query_tiles(c.max_group_tokens, pk, T::ROWS), c.prefix_keys_per_split};
+    PA_REQUIRE(job.keys_per_split % T::TILE_K == 0, "stage 07: the prefix splits must hold whole 64-key tiles");
+    launch(prefix_warpgroup_kernel<T>, dim3(job.num_query_tiles * c.num_prefix_splits, p.kv.num_kv_heads, c.num_groups),
+           dim3(T::NUM_THREADS), T::smem_bytes(), stream, p, pk, job);
+  };
+  if (warpgroups_for(c.max_group_tokens << pk.group_shift) == 1) {
+    run.template operator()<1>();
+  } else {
+    run.template operator()<2>();
+  }
+}
+
+// A second stream and two events per device (and host thread), made once:
+// forward() forks the suffix pass onto it and joins it back before the merge,
+// so the two passes may share the GPU. The stream does not synchronize with
+// the legacy default stream; the events order everything.
+struct SideStream {
+  int device;
+  cudaStream_t stream;
+  cudaEvent_t fork, join;
+};
+SideStream& side_stream() {
+  thread_local std::vector<SideStream> made;
+  int device = 0;
+  PA_CHECK(cudaGetDevice(&device));
+  for (SideStream& s : made) {
+    if (s.device == device) return s;
+  }
+  SideStream s{device, nullptr, nullptr, nullptr};
+  PA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  PA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
+  PA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
+  made.push_back(s);
+  return made.back();
+}
+
+}  // namespace
+}  // namespace pa::stage07
