@@ -13,6 +13,8 @@
 //   07_cascade   stage07::plan(force 1): the prefix pass reads the prefix once for the group
 //   07_plain     stage07::plan(force 0): the same kernels, each request reading the prefix itself
 //   07_auto      stage07::plan(force -1): the cost model (choose_path) picks per group
+//   07_classic   force 1 with stage 03's tiles for the prefix pass (warpgroup_prefix = false), and
+//   07_classic_auto  its cost model: the path before the warpgroup prefix pass ("going further")
 //   04_split_kv  stage 04 on the same batch, for reference
 // Plans are built once per batch, before the timed iterations, as a serving
 // engine plans a step.
@@ -102,12 +104,15 @@ enum class Runner {
 struct Variant {
   std::string name;
   Runner runner;
-  int force;  // stage07::plan's force: 1 cascade, 0 plain, -1 cost model
+  int force;              // stage07::plan's force: 1 cascade, 0 plain, -1 cost model
+  bool warpgroup = true;  // stage07::plan's warpgroup_prefix
 };
 
 const Variant k07Cascade{"07_cascade", Runner::stage07, 1};
 const Variant k07Plain{"07_plain", Runner::stage07, 0};
 const Variant k07Auto{"07_auto", Runner::stage07, -1};
+const Variant k07Classic{"07_classic", Runner::stage07, 1, false};          // stage 03's prefix tiles
+const Variant k07ClassicAuto{"07_classic_auto", Runner::stage07, -1, false};  // and the model of that path
 const Variant k04SplitKv{"04_split_kv", Runner::stage04, 0};
 
 struct Cell {
@@ -152,7 +157,7 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
   db.set_checked(false);  // the launches as a serving step runs them (bench_attention's family checked has the cost)
   const AttentionParams params = db.params();
   stage07::Cascade plan;
-  if (v.runner == Runner::stage07) plan = stage07::plan(params, p.meta, groups, v.force);
+  if (v.runner == Runner::stage07) plan = stage07::plan(params, p.meta, groups, v.force, v.warpgroup);
   auto step = [&] {
     if (v.runner == Runner::stage07) {
       stage07::forward(params, plan);
@@ -204,7 +209,9 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
     for (int B : batches) {
       for (int S : suffixes) {
         const Cell cell{"cascade_grid", qwen3(), /*shared=*/true, /*name_layout=*/false, P, B, S, grid_iters};
-        for (const Variant& v : {k07Cascade, k07Plain, k07Auto, k04SplitKv}) out.push_back({v, cell});
+        for (const Variant& v : {k07Cascade, k07Plain, k07Auto, k07Classic, k07ClassicAuto, k04SplitKv}) {
+          out.push_back({v, cell});
+        }
       }
     }
   }
@@ -214,7 +221,7 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
       const Cell shared{"cascade_main", shape, true, true, main_P, main_B, S, main_iters};
       Cell priv = shared;
       priv.shared = false;
-      for (const Variant& v : {k07Cascade, k07Auto, k04SplitKv}) out.push_back({v, shared});
+      for (const Variant& v : {k07Cascade, k07Auto, k07Classic, k04SplitKv}) out.push_back({v, shared});
       out.push_back({k04SplitKv, priv});
     }
   }
