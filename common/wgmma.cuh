@@ -57,6 +57,19 @@ __device__ __forceinline__ void wgmma_pin(float (&d)[N][4]) {
 #endif
 }
 
+// The same for A fragments held in registers (bf16 pairs).
+template <int N>
+__device__ __forceinline__ void wgmma_pin(uint32_t (&a)[N][4]) {
+#if PA_WGMMA
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    asm volatile("" : "+r"(a[j][0]), "+r"(a[j][1]), "+r"(a[j][2]), "+r"(a[j][3])::"memory");
+  }
+#else
+  (void)a;
+#endif
+}
+
 // Before the first wgmma of a batch: earlier register writes are visible to it.
 __device__ __forceinline__ void wgmma_fence() {
 #if PA_WGMMA

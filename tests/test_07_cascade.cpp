@@ -200,6 +200,10 @@ std::vector<CascadeCase> stage07_cases() {
       {{"Prefix200_FortyMembers_TwoPrefixTiles_Qwen3Shape", config(32, 8, 128, 16), decodes(40, 200, 8)},
        {{members(0, 40), 200}},
        kCascade},
+      // gpt-oss heads (64 / 8, head_dim 64): 8 rows a token, 64 members = 4 prefix query tiles of 128 rows.
+      {{"Prefix300_SixtyFourMembers_GptOssHeads", config(64, 8, 64, 16), decodes(64, 300, 5)},
+       {{members(0, 64), 300}},
+       kCascade},
       // Prefill chunks whose queries lie after the prefix: short ones, long ones
       // (480 group rows: several prefix query tiles), and decodes and a chunk in one group.
       {{"Prefix37_PrefillChunks5_Group4_D128", g4, chunks(3, 37, 11, 5)}, {{{0, 1, 2}, 37}}, kCascade},
@@ -305,6 +309,26 @@ std::vector<CascadeCase> stage07_cases() {
                      {{all, 4000}},
                      kCascade});
     cases.push_back({{"Gpu_Prefix4000_64PrefillChunks_Qwen3Shape", qwen, chunks(64, 4000, 96, 4)}, {{all, 4000}},
+                     kCascade});
+    // gpt-oss heads (64 / 8, head_dim 64): 512 group rows, 4 prefix query tiles; and the same rows at head_dim 128.
+    const AttentionConfig gpt_oss = config(64, 8, 64, 16);
+    cases.push_back({{"Gpu_Prefix4000_64Decodes_GptOssHeads", gpt_oss, decodes(64, 4000, 96)}, {{all, 4000}},
+                     kCascade});
+    cases.push_back({{"Gpu_Classic_Prefix4000_64Decodes_GptOssHeads", gpt_oss, decodes(64, 4000, 96)},
+                     {{all, 4000}},
+                     kCascade,
+                     false});
+    cases.push_back({{"Gpu_Prefix4000_16Decodes_GptOssHeads", gpt_oss, decodes(16, 4000, 96)},
+                     {{members(0, 16), 4000}},
+                     kCascade});
+    cases.push_back({{"Gpu_Prefix4000_64PrefillChunks_GptOssHeads", gpt_oss, chunks(64, 4000, 96, 2)},
+                     {{all, 4000}},
+                     kCascade});
+    cases.push_back({{"Gpu_Prefix4000_64Decodes_Group8_D128", config(64, 8, 128, 16), decodes(64, 4000, 96)},
+                     {{all, 4000}},
+                     kCascade});
+    cases.push_back({{"Gpu_Prefix4000_64Decodes_Group4_D64", config(32, 8, 64, 16), decodes(64, 4000, 96)},
+                     {{all, 4000}},
                      kCascade});
     cases.push_back({{"Gpu_Int8_Prefix4000_64Decodes_Qwen3Shape", cfg_of(32, 8, 128, 16, F::int8),
                       decodes(64, 4000, 96)},

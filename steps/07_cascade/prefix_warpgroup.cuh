@@ -12,7 +12,7 @@
 // prefix's keys once, split into ranges, partials out) and changes the machine
 // underneath:
 //  - a warpgroup (4 warps, 64 rows) multiplies with wgmma (common/wgmma.cuh):
-//    Q and P stay in registers as A fragments, exactly mma.sync's, and the
+//    Q and P are A fragments in registers, exactly mma.sync's, and the
 //    tensor core reads K and V from shared memory itself, once per 64 rows;
 //  - K/V tiles sit in shared memory in the hardware's 128-byte swizzle, as
 //    64-dim slabs, so that the descriptor can name them;
@@ -57,15 +57,16 @@ struct PrefixJob {
   int keys_per_split;      // a multiple of TILE_K
 };
 
-// WARPGROUPS x 64 rows, 64-key K/V tiles in STAGES ring slots.
+// WARPGROUPS x 64 rows, 64-key K/V tiles in ring slots.
 template <int HEAD_DIM_, int WARPGROUPS_>
 struct WarpgroupTile {
   static constexpr int HEAD_DIM = HEAD_DIM_, WARPGROUPS = WARPGROUPS_;
   static constexpr int ROWS = 64 * WARPGROUPS, NUM_THREADS = 128 * WARPGROUPS, TILE_K = 64;
-  // Two ring slots: one tile lands while the other is multiplied. With a 128-row
-  // tile the math of a tile takes longer than its copy (from the L2 for an
-  // L2-sized prefix), and the shared memory left over holds suffix programs.
-  static constexpr int STAGES = 2;
+  // A tile's math (~0.5 us) is shorter than a copy's latency from the L2 or
+  // HBM under load, so 2-3 tiles stay in flight: 4 slots for the 128-row tile
+  // (one program per SM: 161 KB at head_dim 128, which leaves room for one
+  // suffix program beside it), 3 for the 64-row tile (two programs per SM).
+  static constexpr int STAGES = WARPGROUPS == 2 ? 4 : 3;
   static constexpr int SLABS = HEAD_DIM / 64;      // 64-dim slabs of a K/V row
   static constexpr int SLAB_ELEMS = TILE_K * 64;   // one slab of a tile: 8 KB
   static constexpr int KV_ELEMS = SLABS * SLAB_ELEMS;
@@ -75,6 +76,9 @@ struct WarpgroupTile {
     return ALIGN + sizeof(bf16) * (2 * STAGES * KV_ELEMS + static_cast<size_t>(ROWS) * HEAD_DIM);
   }
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "Q and O in registers: head_dim up to 128");
+  static_assert((WARPGROUPS == 2 ? 1 : 2) * (smem_bytes() + stage04::SMEM_RESERVED_PER_BLOCK) <=
+                    stage04::HOPPER_SMEM_PER_SM,
+                "one 128-row or two 64-row programs per H100/H200 SM (the prefix split plan counts on it)");
 };
 
 // Grid: (query tiles x splits, num_kv_heads, groups); blockIdx.x = split *
@@ -146,10 +150,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   CpAsyncRing<STAGES>::wait_prologue();
   __syncthreads();
 
-  uint32_t q_regs[HEAD_DIM / 16][4];  // this warp's 16 rows as A fragments, for the whole key loop
-#pragma unroll
-  for (int ks = 0; ks < HEAD_DIM / 16; ++ks) stage03::q_a_fragment<HEAD_DIM>(q_regs[ks], q_s, warp, ks, lane);
-
   FragSoftmax<O_TILES> sm;
   sm.init();
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -163,15 +163,24 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     const bf16* k_tile = k_s + (tile % STAGES) * T::KV_ELEMS;
     const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;
 
-    // S = Q K^T: 64 rows x 64 keys per warpgroup, k-steps of 16 dims.
+    // S = Q K^T: 64 rows x 64 keys per warpgroup, k-steps of 16 dims. This
+    // warp's 16 rows of Q are read into A fragments anew for every tile (8
+    // ldmatrix): fragments kept in registers across the loop were found
+    // overwritten in the second tile on the H200 (ptxas reused the registers of
+    // a wgmma's A operand inside the loop at head_dim 64), so no A operand
+    // lives longer than the wgmma that reads it.
+    uint32_t q_frag[HEAD_DIM / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) stage03::q_a_fragment<HEAD_DIM>(q_frag[ks], q_s, warp, ks, lane);
     float s[S_TILES][4];
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     wgmma_pin(s);
+    wgmma_pin(q_frag);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-      wgmma_k_major(s, q_regs[ks], k_tile + (ks / 4) * T::SLAB_ELEMS, (ks % 4) * 16);
+      wgmma_k_major(s, q_frag[ks], k_tile + (ks / 4) * T::SLAB_ELEMS, (ks % 4) * 16);
     }
     wgmma_commit_and_wait();
     wgmma_pin(s);
@@ -199,18 +208,28 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
       pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-    wgmma_pin(sm.o);
-    wgmma_fence();
+    wgmma_pin(pa);  // P is in its registers before the fence, as the wgmma that read it require
+    // O += P V, one 64-dim slab of V at a time into a fresh accumulator: the
+    // tensor core only ever adds to registers it wrote itself (zeros, then its
+    // own sums), and the running O stays ordinary registers (the softmax
+    // rescales it). 32 more registers than accumulating into O in place.
 #pragma unroll
-    for (int kk = 0; kk < TILE_K / 16; ++kk) {
+    for (int h = 0; h < SLABS; ++h) {
+      float pv[8][4];  // output dims 64h..64h+63: O tiles 8h..8h+7
 #pragma unroll
-      for (int h = 0; h < SLABS; ++h) {
-        // Output dims 64h..64h+63 are the O tiles 8h..8h+7.
-        wgmma_mn_major(*reinterpret_cast<float(*)[8][4]>(&sm.o[8 * h]), pa[kk], v_tile + h * T::SLAB_ELEMS, 16 * kk);
+      for (int j = 0; j < 8; ++j) pv[j][0] = pv[j][1] = pv[j][2] = pv[j][3] = 0.0f;
+      wgmma_pin(pv);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < TILE_K / 16; ++kk) wgmma_mn_major(pv, pa[kk], v_tile + h * T::SLAB_ELEMS, 16 * kk);
+      wgmma_commit_and_wait();
+      wgmma_pin(pv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sm.o[8 * h + j][e] += pv[j][e];
       }
     }
-    wgmma_commit_and_wait();
-    wgmma_pin(sm.o);
   }
   CpAsyncRing<STAGES>::drain();
   sm.sum_rows();
