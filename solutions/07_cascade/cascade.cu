@@ -46,9 +46,15 @@ constexpr double PREFILL_TILE_KEY_S = 28e-9;      // one key through one 128-row
 constexpr double LAUNCH_S = 3e-6;                 // one kernel launch: gather, a pass, a merge
 constexpr double PROGRAM_START_S = 6e-6;          // per wave: the Q tile's load and the K/V ring's fill
 constexpr double PREFIX_SPLIT_MERGE_S = 0.4e-6;   // per prefix split: the suffix pass merges them one by one
-// The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on the same grid:
-constexpr double H200_WARPGROUP_FLOP_PER_S = 4.5e14;  // wgmma in 64/128-row tiles, all SMs
-constexpr double WARPGROUP_ROW_KEY_S = 0.11e-9;       // one key through one program, per tile row
+// The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on
+// the same grid measured with it (2026-12-01): 44 of 45 cells, worst 1.02x.
+// Its decode steps run the suffix pass beside the prefix pass and then a merge
+// kernel, so the model takes the slower pass plus the join.
+constexpr double H200_WARPGROUP_FLOP_PER_S = 2.6e14;  // wgmma in 64/128-row tiles, all SMs (measured at P 16384, B 256)
+constexpr double WARPGROUP_ROW_KEY_S = 0.05e-9;       // one key through one program, per tile row
+constexpr double WARPGROUP_START_S = 2e-6;            // per wave: Q's gathered load, the ring's fill
+constexpr double JOIN_S = 7e-6;                       // the second stream's join and the merge kernel
+constexpr double WARPGROUP_SPLIT_MERGE_S = 0.2e-6;    // per prefix split, in the merge kernel
 constexpr int H200_SMS = 132;
 
 // A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded
@@ -97,9 +103,9 @@ Path choose_path(const AttentionParams& p, int members, int prefix_len, int quer
   const double key_flops = 4.0 * hkv * group_pad * p.kv.head_dim;  // Q K^T and P V of one query token and key
   // One launch: its start-up per wave of programs, then its bytes, its FLOPs or its longest program.
   auto pass = [&](double programs, int per_sm, double keys, double key_s, double bytes, double flops,
-                  double flop_rate) {
+                  double flop_rate, double start_s = PROGRAM_START_S) {
     const double waves = std::ceil(programs / (static_cast<double>(per_sm) * num_sms));
-    return LAUNCH_S + waves * PROGRAM_START_S +
+    return LAUNCH_S + waves * start_s +
            std::max({bytes / read_rate, flops / (flop_rate * scale), waves * keys * key_s});
   };
   // Every member's queries over `span` keys of its own, as launch_suffix runs
@@ -132,14 +138,15 @@ Path choose_path(const AttentionParams& p, int members, int prefix_len, int quer
   const double prefix_pass =
       pass(static_cast<double>(pre.num_splits) * pre.query_tiles * hkv, pre.tile.per_sm, pre.keys_per_split, key_s,
            static_cast<double>(pre.query_tiles) * prefix_len * token_bytes, key_flops * members * queries * prefix_len,
-           warpgroup ? H200_WARPGROUP_FLOP_PER_S : H200_TILE_FLOP_PER_S);
-  const double merge_prefix = pre.num_splits * PREFIX_SPLIT_MERGE_S;
+           warpgroup ? H200_WARPGROUP_FLOP_PER_S : H200_TILE_FLOP_PER_S,
+           warpgroup ? WARPGROUP_START_S : PROGRAM_START_S);
+  const double merge_prefix = pre.num_splits * (warpgroup ? WARPGROUP_SPLIT_MERGE_S : PREFIX_SPLIT_MERGE_S);
   double cascade;
   if (!warpgroup) {
     cascade = LAUNCH_S /* the gather */ + prefix_pass + own_keys(suffix_len + queries, false) + merge_prefix;
   } else if (queries == 1) {
-    // Decodes: the suffix pass beside the prefix pass, then one merge launch.
-    cascade = std::max(prefix_pass, own_keys(suffix_len + queries, true)) + LAUNCH_S + merge_prefix;
+    // Decodes: the suffix pass beside the prefix pass, then the join and the merge kernel.
+    cascade = std::max(prefix_pass, own_keys(suffix_len + queries, true)) + JOIN_S + merge_prefix;
   } else {
     cascade = prefix_pass + own_keys(suffix_len + queries, false) + merge_prefix;
   }

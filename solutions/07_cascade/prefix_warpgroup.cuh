@@ -153,13 +153,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   FragSoftmax<O_TILES> sm;
   sm.init();
   for (int tile = 0; tile < num_tiles; ++tile) {
-    // The ring's advance, with the fence that hands cp.async's writes to the
-    // tensor core's reads (a different proxy) before the barrier publishes them.
+    // The ring's advance (its refill comes below, during the first wgmma), with
+    // the fence that hands cp.async's writes to the tensor core's reads (a
+    // different proxy) before the barrier publishes them.
     cp_async_wait<STAGES - 2>();
     fence_async_smem();
     __syncthreads();
-    if (tile + STAGES - 1 < num_tiles) load_tile(tile + STAGES - 1, (tile + STAGES - 1) % STAGES);
-    cp_async_commit();
     const bf16* k_tile = k_s + (tile % STAGES) * T::KV_ELEMS;
     const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;
 
@@ -182,6 +181,11 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
       wgmma_k_major(s, q_frag[ks], k_tile + (ks / 4) * T::SLAB_ELEMS, (ks % 4) * 16);
     }
+    // While the tensor core works: the next tile's copies into the slot that
+    // tile - 1 used (its readers are past the barrier above). Their block-table
+    // reads are a global round trip each, which the wgmma now hides.
+    if (tile + STAGES - 1 < num_tiles) load_tile(tile + STAGES - 1, (tile + STAGES - 1) % STAGES);
+    cp_async_commit();
     wgmma_commit_and_wait();
     wgmma_pin(s);
 

@@ -46,9 +46,15 @@ constexpr double PREFILL_TILE_KEY_S = 28e-9;      // one key through one 128-row
 constexpr double LAUNCH_S = 3e-6;                 // one kernel launch: gather, a pass, a merge
 constexpr double PROGRAM_START_S = 6e-6;          // per wave: the Q tile's load and the K/V ring's fill
 constexpr double PREFIX_SPLIT_MERGE_S = 0.4e-6;   // per prefix split: the suffix pass merges them one by one
-// The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on the same grid:
-constexpr double H200_WARPGROUP_FLOP_PER_S = 4.5e14;  // wgmma in 64/128-row tiles, all SMs
-constexpr double WARPGROUP_ROW_KEY_S = 0.11e-9;       // one key through one program, per tile row
+// The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on
+// the same grid measured with it (2026-12-01): 44 of 45 cells, worst 1.02x.
+// Its decode steps run the suffix pass beside the prefix pass and then a merge
+// kernel, so the model takes the slower pass plus the join.
+constexpr double H200_WARPGROUP_FLOP_PER_S = 2.6e14;  // wgmma in 64/128-row tiles, all SMs (measured at P 16384, B 256)
+constexpr double WARPGROUP_ROW_KEY_S = 0.05e-9;       // one key through one program, per tile row
+constexpr double WARPGROUP_START_S = 2e-6;            // per wave: Q's gathered load, the ring's fill
+constexpr double JOIN_S = 7e-6;                       // the second stream's join and the merge kernel
+constexpr double WARPGROUP_SPLIT_MERGE_S = 0.2e-6;    // per prefix split, in the merge kernel
 constexpr int H200_SMS = 132;
 
 // A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded
