@@ -10,7 +10,9 @@
 //
 // This file: plan() (validation and the device metadata, once per batch),
 // choose_path() and forward() (2-3 launches: gather, prefix pass, suffix pass,
-// plus a merge when the suffix pass is split).
+// plus a merge when the suffix pass is split; with the going-further prefix
+// pass of prefix_warpgroup.cuh, no gather, and for decodes the suffix pass on a
+// second stream beside the prefix pass, then one merge kernel).
 #include <algorithm>
 #include <cmath>
 #include <string>

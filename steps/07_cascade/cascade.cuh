@@ -15,6 +15,9 @@
 //    merge before writing the final row (SuffixMerge), so no merge launch is
 //    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and a
 //    merge kernel that folds in the prefix partials (merge_cascade_kernel).
+// Going further (prefix_warpgroup.cuh): the prefix pass on Hopper's warpgroup
+// MMA for bf16 caches, and decode batches' suffix pass beside it
+// (forward_warpgroup, SuffixPartials).
 #pragma once
 
 #include <algorithm>
