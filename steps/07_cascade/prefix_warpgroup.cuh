@@ -279,7 +279,8 @@ void launch_prefix_warpgroups(const AttentionParams& p, const stage03::Packing& 
 // A second stream and two events per device (and host thread), made once:
 // forward() forks the suffix pass onto it and joins it back before the merge,
 // so the two passes may share the GPU. The stream does not synchronize with
-// the legacy default stream; the events order everything.
+// the legacy default stream; the events order everything. They are created on
+// the first call: a caller that captures a CUDA graph runs one step first.
 struct SideStream {
   int device;
   cudaStream_t stream;
