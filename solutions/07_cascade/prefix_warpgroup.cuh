@@ -26,6 +26,7 @@
 // bf16 caches with head_dim up to 128; other shapes take stage 03's tiles.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "common/attention_params.h"
@@ -282,23 +283,35 @@ void launch_prefix_warpgroups(const AttentionParams& p, const stage03::Packing& 
 // the legacy default stream; the events order everything. They are created on
 // the first call: a caller that captures a CUDA graph runs one step first.
 struct SideStream {
-  int device;
-  cudaStream_t stream;
-  cudaEvent_t fork, join;
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+
+  SideStream() = default;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  // At the host thread's end. Return codes are ignored: at process exit the
+  // CUDA runtime may already be going down, and nothing is waiting on these.
+  ~SideStream() {
+    if (join != nullptr) (void)cudaEventDestroy(join);
+    if (fork != nullptr) (void)cudaEventDestroy(fork);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }
 };
 SideStream& side_stream() {
-  thread_local std::vector<SideStream> made;
+  thread_local std::vector<std::unique_ptr<SideStream>> made;
   int device = 0;
   PA_CHECK(cudaGetDevice(&device));
-  for (SideStream& s : made) {
-    if (s.device == device) return s;
+  for (const auto& s : made) {
+    if (s->device == device) return *s;
   }
-  SideStream s{device, nullptr, nullptr, nullptr};
-  PA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  PA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
-  PA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
-  made.push_back(s);
-  return made.back();
+  auto s = std::make_unique<SideStream>();
+  s->device = device;
+  PA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  PA_CHECK(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+  PA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+  made.push_back(std::move(s));
+  return *made.back();
 }
 
 }  // namespace
