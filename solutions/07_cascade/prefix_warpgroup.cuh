@@ -32,6 +32,7 @@
 #include "common/attention_params.h"
 #include "common/check.h"
 #include "common/cuda_compat.cuh"
+#include "common/kv_lookup.cuh"
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
@@ -43,17 +44,14 @@
 namespace pa::stage07 {
 namespace {
 
-// What the warpgroup prefix kernel reads besides AttentionParams (whose q and
-// caches are the batch's own).
+// What the warpgroup prefix kernel reads besides its AttentionParams: the
+// gathered batch of cascade.cuh (one "request" per group, its queries after its
+// prefix, the prefixes' block tables) with q the batch's own queries.
 struct PrefixJob {
   const int* gather_rows;  // [gathered tokens]           batch row of each cascaded query, group by group
-  const int* group_begin;  // [num_groups + 1]            each group's first gathered token
   const int* prefix_lens;  // [num_groups]
-  const int* block_table;  // [num_groups, max_blocks]    the prefixes' blocks
-  int max_blocks;
   float* part_o;           // [num_splits, gathered tokens, Hq, D]  normalized partials
   float* part_lse;         // [num_splits, gathered tokens, Hq]     their lse, -inf when empty
-  int num_gathered;
   int num_query_tiles;
   int keys_per_split;      // a multiple of TILE_K
 };
@@ -98,7 +96,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
 
   const int split = blockIdx.x / job.num_query_tiles, query_tile = blockIdx.x % job.num_query_tiles;
   const int kv_head = blockIdx.y, grp = blockIdx.z;
-  const int tok0 = job.group_begin[grp], group_tokens = job.group_begin[grp + 1] - tok0;
+  const int tok0 = p.batch.query_start_loc[grp], group_tokens = p.batch.query_start_loc[grp + 1] - tok0;
   const int row0 = query_tile * T::ROWS;
   if ((row0 >> pk.group_shift) >= group_tokens) return;  // the grid is sized for the largest group
   const int dims = p.kv.head_dim;
@@ -126,8 +124,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int begin = split * job.keys_per_split;
   const int end = min(job.prefix_lens[grp], begin + job.keys_per_split);
   const int num_tiles = end > begin ? (end - begin + TILE_K - 1) / TILE_K : 0;
-  const int* table = job.block_table + static_cast<size_t>(grp) * job.max_blocks;
-  const int block_mask = (1 << pk.block_shift) - 1;
+  const KvLookup lookup(p, grp, kv_head);  // the group's prefix blocks
   auto load_tile = [&](int tile, int slot) {
     bf16* k_dst = k_s + slot * T::KV_ELEMS;
     bf16* v_dst = v_s + slot * T::KV_ELEMS;
@@ -137,11 +134,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
       const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;  // 16 lanes copy one key's 256 bytes
       const int pos = begin + tile * TILE_K + j;
       const bool in_range = pos < end && chunk * 8 < dims;
-      const size_t row = in_range ? (static_cast<size_t>(static_cast<uint32_t>(table[pos >> pk.block_shift])
-                                                         << pk.block_shift) + (pos & block_mask)) *
-                                            p.kv.num_kv_heads + kv_head
-                                  : 0;
-      const size_t offset = in_range ? row * dims + chunk * 8 : 0;
+      const size_t offset =
+          in_range ? lookup.head_row(pos, pk.block_shift, p.kv.num_kv_heads) * dims + chunk * 8 : 0;
       const int dst = (chunk / 8) * T::SLAB_ELEMS + sw128(j, (chunk % 8) * 8);
       cp_async_16(k_dst + dst, p.kv.k_cache + offset, in_range);  // zero-filled past the range
       cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
@@ -243,7 +237,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   for (int i = 0; i < 2; ++i) {
     int token, head;
     if (!row_of(warp * 16 + g + 8 * i, token, head)) continue;
-    const size_t part_row = (static_cast<size_t>(split) * job.num_gathered + tok0 + token) * p.num_q_heads +
+    const size_t part_row = (static_cast<size_t>(split) * p.batch.num_tokens + tok0 + token) * p.num_q_heads +
                             kv_head * pk.group + head;
     stage04::store_partial_row(job.part_o, job.part_lse, part_row, dims, sm.o, i, t4, sm.inv_l(i), sm.lse(i));
   }
@@ -258,17 +252,18 @@ inline bool warpgroup_prefix_serves(const AttentionParams& p) {
   return p.kv.format == KvFormat::bf16 && stage03::tile_head_dim(p.kv.head_dim) <= 128;
 }
 
+// pg: the gathered batch, q left as the batch's queries (cascade.cuh's gathered_batch).
 template <int HEAD_DIM>
-void launch_prefix_warpgroups(const AttentionParams& p, const stage03::Packing& pk, const Cascade& c,
+void launch_prefix_warpgroups(const AttentionParams& pg, const stage03::Packing& pk, const Cascade& c,
                               cudaStream_t stream) {
   auto run = [&]<int WARPGROUPS>() {
     using T = WarpgroupTile<HEAD_DIM, WARPGROUPS>;
-    PrefixJob job{c.gather_rows.data(), c.query_start_loc.data(), c.prefix_lens.data(), c.block_table.data(),
-                  c.max_prefix_blocks, const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
-                  c.num_tokens, stage03::query_tiles(c.max_group_tokens, pk, T::ROWS), c.prefix_keys_per_split};
+    PrefixJob job{c.gather_rows.data(), c.prefix_lens.data(), const_cast<float*>(c.part_o.data()),
+                  const_cast<float*>(c.part_lse.data()), stage03::query_tiles(c.max_group_tokens, pk, T::ROWS),
+                  c.prefix_keys_per_split};
     PA_REQUIRE(job.keys_per_split % T::TILE_K == 0, "stage 07: the prefix splits must hold whole 64-key tiles");
-    launch(prefix_warpgroup_kernel<T>, dim3(job.num_query_tiles * c.num_prefix_splits, p.kv.num_kv_heads, c.num_groups),
-           dim3(T::NUM_THREADS), T::smem_bytes(), stream, p, pk, job);
+    launch(prefix_warpgroup_kernel<T>, dim3(job.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups),
+           dim3(T::NUM_THREADS), T::smem_bytes(), stream, pg, pk, job);
   };
   if (warpgroups_for(c.max_group_tokens << pk.group_shift) == 1) {
     run.template operator()<1>();

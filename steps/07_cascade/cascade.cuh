@@ -205,6 +205,11 @@ using stage03::Packing;
 
 using stage04::ceil_div;
 
+// The prefix pass's partials, as the suffix pass's epilogue and the merge kernel read them.
+PrefixPartials prefix_partials(const Cascade& c) {
+  return {c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits, c.num_tokens};
+}
+
 // The prefix pass of tile family Tiles over the gathered batch pg.
 template <int HEAD_DIM, class Tiles>
 void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& c, cudaStream_t stream) {
@@ -227,8 +232,7 @@ void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& 
 template <int HEAD_DIM, class Tiles, class Adapt>
 void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
                    const Adapt& adapt) {
-  const PrefixPartials prefix{c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits,
-                              c.num_tokens};
+  const PrefixPartials prefix = prefix_partials(c);
   const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
   const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
   if (decode_only && sp.num_splits > 1) {
@@ -250,6 +254,20 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
   stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
 }
 
+// The prefix pass's batch: one "request" per cascaded group, its queries placed
+// after its prefix, read through the prefixes' block tables. q stays the
+// batch's: stage 03's tiles read the gathered copy (forward_with sets it), the
+// warpgroup pass gathers on its own.
+AttentionParams gathered_batch(const AttentionParams& p, const Cascade& c) {
+  AttentionParams pg = p;
+  pg.out = nullptr;  // the prefix pass writes partials only
+  pg.lse = nullptr;
+  pg.batch = BatchView{c.query_start_loc.data(), c.seq_lens.data(), c.block_table.data(), nullptr,
+                       c.num_groups, c.num_tokens, c.num_tokens, c.max_prefix_blocks, c.max_group_tokens,
+                       c.max_prefix_len + c.max_group_tokens, false};
+  return pg;
+}
+
 // Going further: the warpgroup prefix pass (prefix_warpgroup.cuh), no gather.
 // A decode batch runs its suffix pass on a second stream at the same time, as
 // partials, and one merge kernel joins both; other batches run the two passes
@@ -259,14 +277,14 @@ void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascad
                        cudaStream_t stream, const Adapt& adapt) {
   const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
   if (!decode_only) {
-    launch_prefix_warpgroups<HEAD_DIM>(p, pk, c, stream);
+    launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);
     launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
     return;
   }
   SideStream& side = side_stream();
   PA_CHECK(cudaEventRecord(side.fork, stream));  // the side stream starts after everything before this step
   PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
-  launch_prefix_warpgroups<HEAD_DIM>(p, pk, c, stream);  // first, so that its large programs find room
+  launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);  // first, so that its large programs find room
 
   const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
   const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
@@ -284,8 +302,7 @@ void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascad
   });
   PA_CHECK(cudaEventRecord(side.join, side.stream));
   PA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
-  const PrefixPartials prefix{c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits,
-                              c.num_tokens};
+  const PrefixPartials prefix = prefix_partials(c);
   launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream, p,
          static_cast<const stage04::Splits&>(slice), prefix);
 }
@@ -306,13 +323,8 @@ void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c,
       const int row_elems = p.num_q_heads * p.kv.head_dim;
       launch(gather_queries_kernel, dim3(c.num_tokens), dim3(std::min(256, row_elems / 8)), 0, stream, p.q,
              const_cast<bf16*>(c.q.data()), c.gather_rows.data(), row_elems);
-      AttentionParams pg = p;
+      AttentionParams pg = gathered_batch(p, c);
       pg.q = c.q.data();
-      pg.out = nullptr;  // the prefix pass writes partials only
-      pg.lse = nullptr;
-      pg.batch = BatchView{c.query_start_loc.data(), c.seq_lens.data(), c.block_table.data(), nullptr,
-                           c.num_groups, c.num_tokens, c.num_tokens, c.max_prefix_blocks, c.max_group_tokens,
-                           c.max_prefix_len + c.max_group_tokens, false};
       launch_prefix<HEAD_DIM, Tiles>(pg, pk, c, stream);
     }
     launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
