@@ -137,6 +137,16 @@ struct FragSoftmax {
   // caller keeps beside o.
   template <int S_TILES>
   __device__ __forceinline__ bool raise_max(const float (&s)[S_TILES][4], float scale_log2, float (&alpha)[2]) {
+    if (!raise_max_m_l(s, scale_log2, alpha)) return false;
+    rescale_o(alpha);
+    return true;
+  }
+
+  // raise_max's first half: m and l only. Returns whether some row of the warp
+  // moved; then rescale_o(alpha) must follow before o is used again (a
+  // pipelined loop does it once the tensor core has finished adding to o).
+  template <int S_TILES>
+  __device__ __forceinline__ bool raise_max_m_l(const float (&s)[S_TILES][4], float scale_log2, float (&alpha)[2]) {
     float m_tile[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) {
@@ -153,13 +163,15 @@ struct FragSoftmax {
       m[i] = m_new;
       l[i] *= alpha[i];
     }
-    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return false;
+    return __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
+  }
+
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) {
       o[j][0] *= alpha[0], o[j][1] *= alpha[0];
       o[j][2] *= alpha[1], o[j][3] *= alpha[1];
     }
-    return true;
   }
 
   // Turns raw scores into weights 2^(s * scale_log2 - m) in place and adds them to l.

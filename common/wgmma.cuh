@@ -8,10 +8,12 @@
 // mma.sync m16n8k16's (ptx.cuh): A is one A fragment per warp, D is the C
 // fragments of 8 n-tiles, d[j] = {D[g][8j+2t], D[g][8j+2t+1], D[g+8][8j+2t],
 // D[g+8][8j+2t+1]}. B is read from shared memory by the tensor core itself,
-// through a matrix descriptor.
+// through a matrix descriptor; so is A when it sits in shared memory too
+// (wgmma_ss_k_major: the warpgroup's 64 rows in one slab).
 //
-//   - compiled for sm_90a: wgmma.mma_async (A from registers, B by descriptor),
-//     with its fence / commit / wait;
+//   - compiled for sm_90a: wgmma.mma_async (A from registers or by descriptor,
+//     B by descriptor), with its fence / commit / wait; the products run
+//     asynchronously until a wait, so a loop can compute while they run;
 //   - anywhere else (the CPU runtime, other GPUs): the same product as 8
 //     mma.sync m16n8k16 per warp, B's fragments read from the same shared
 //     layout. Same operands, same results up to the order of fp32 sums.
@@ -77,12 +79,29 @@ __device__ __forceinline__ void wgmma_fence() {
 #endif
 }
 
-// Closes the batch of wgmma issued since the last commit, and waits for it.
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+// Closes the batch of wgmma issued since the last commit into one group.
+__device__ __forceinline__ void wgmma_commit() {
 #if PA_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
+}
+
+// Waits until at most PENDING of this warpgroup's committed groups are still
+// running (groups finish in the order they were committed). Registers a
+// running wgmma reads (A fragments) or writes (D) stay untouched until then;
+// callers pin them after the wait (wgmma_pin) so that the compiler keeps them
+// live and reads them only after it.
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+#if PA_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// Closes the batch of wgmma issued since the last commit, and waits for it.
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+  wgmma_commit();
+  wgmma_wait<0>();
 }
 
 // Shared memory written by ordinary stores or cp.async, then read by wgmma
@@ -120,6 +139,23 @@ __device__ __forceinline__ void issue(float (&d)[8][4], const uint32_t (&a)[4], 
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(TRANS_B));
 }
+
+// The same with A read from shared memory too, through descriptor a_desc (K-major).
+template <int TRANS_B>
+__device__ __forceinline__ void issue_ss(float (&d)[8][4], uint64_t a_desc, uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1, 0, %35;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a_desc), "l"(b_desc), "r"(1), "n"(TRANS_B));
+}
 #else
 __device__ __forceinline__ uint32_t pair(const bf16& lo, const bf16& hi) {
   uint16_t l, h;
@@ -138,6 +174,17 @@ __device__ __forceinline__ void emulate(float (&d)[8][4], const uint32_t (&a)[4]
     const uint32_t b[2] = {pair(b_at(2 * t, n), b_at(2 * t + 1, n)), pair(b_at(2 * t + 8, n), b_at(2 * t + 9, n))};
     mma_m16n8k16_bf16(d[j], a, b, d[j]);
   }
+}
+
+// This warp's A fragment of an Sw128 slab holding the warpgroup's 64 rows of
+// A: rows 16 (warp % 4) + g (+ 8), columns k_off + 2t (+ 1) (+ 8), as mma.sync
+// m16n8k16 takes it.
+__device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const bf16* slab, int k_off) {
+  const int lane = threadIdx.x % 32, r = 16 * (threadIdx.x / 32 % 4) + lane / 4, k = k_off + 2 * (lane % 4);
+  a[0] = pair(slab[sw128(r, k)], slab[sw128(r, k + 1)]);
+  a[1] = pair(slab[sw128(r + 8, k)], slab[sw128(r + 8, k + 1)]);
+  a[2] = pair(slab[sw128(r, k + 8)], slab[sw128(r, k + 9)]);
+  a[3] = pair(slab[sw128(r + 8, k + 8)], slab[sw128(r + 8, k + 9)]);
 }
 #endif
 
@@ -163,6 +210,21 @@ __device__ __forceinline__ void wgmma_mn_major(float (&d)[8][4], const uint32_t 
   wgmma_detail::issue<1>(d, a, wgmma_detail::sw128_descriptor(slab + row_off * 64));
 #else
   wgmma_detail::emulate(d, a, [&](int k, int n) -> const bf16& { return slab[sw128(row_off + k, n)]; });
+#endif
+}
+
+// d += A * B with A[m][k] = a_slab(row m, col a_koff + k) (the warpgroup's 64
+// rows, e.g. Q's) and B as wgmma_k_major's: both operands from shared memory,
+// so no register of A stays in use while the product runs.
+__device__ __forceinline__ void wgmma_ss_k_major(float (&d)[8][4], const bf16* a_slab, int a_koff, const bf16* b_slab,
+                                                 int b_koff) {
+#if PA_WGMMA
+  wgmma_detail::issue_ss<0>(d, wgmma_detail::sw128_descriptor(a_slab + a_koff),
+                            wgmma_detail::sw128_descriptor(b_slab + b_koff));
+#else
+  uint32_t a[4];
+  wgmma_detail::a_fragment(a, a_slab, a_koff);
+  wgmma_detail::emulate(d, a, [&](int k, int n) -> const bf16& { return b_slab[sw128(n, b_koff + k)]; });
 #endif
 }
 

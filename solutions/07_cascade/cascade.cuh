@@ -94,8 +94,10 @@ struct PrefixPartials {
     if (g_row < 0) return;
     // Unrolled so that the loads of several splits are in flight together: a
     // merge kernel that waits for one split's load before the next spends ~1 us
-    // per split in L2 round trips.
-#pragma unroll 4
+    // per split in L2 round trips. 8 at a time where a thread holds few values
+    // (the merge kernel's 4: the main case's 8 prefix splits in one round trip),
+    // 4 where it holds a tile row's (the suffix pass's epilogue).
+#pragma unroll(N <= 4 ? 8 : 4)
     for (int s = 0; s < num_splits; ++s) {
       //@ TODO 2: merge prefix split s of this row: the state SoftmaxState<N>::partial(its lse, its N values of o)
       const size_t part_row = (static_cast<size_t>(s) * num_gathered + g_row) * num_q_heads + head;

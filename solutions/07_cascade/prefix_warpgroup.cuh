@@ -12,10 +12,12 @@
 // prefix's keys once, split into ranges, partials out) and changes the machine
 // underneath:
 //  - a warpgroup (4 warps, 64 rows) multiplies with wgmma (common/wgmma.cuh):
-//    Q and P are A fragments in registers, exactly mma.sync's, and the
-//    tensor core reads K and V from shared memory itself, once per 64 rows;
-//  - K/V tiles sit in shared memory in the hardware's 128-byte swizzle, as
-//    64-dim slabs, so that the descriptor can name them;
+//    the tensor core reads Q, K and V from shared memory itself, once per 64
+//    rows, and P is an A fragment in registers, exactly mma.sync's;
+//  - Q and the K/V tiles sit in shared memory in the hardware's 128-byte
+//    swizzle, as 64-dim slabs, so that a descriptor can name them;
+//  - the key loop is software-pipelined (FlashAttention-3's intra-warpgroup
+//    overlap): the softmax of one tile runs while the tensor core multiplies;
 //  - the query gather is folded into the Q load (row -> its batch row through
 //    gather_rows), which saves the gather launch;
 //  - for decode batches the suffix pass runs at the same time on a second
@@ -82,6 +84,16 @@ struct WarpgroupTile {
 
 // Grid: (query tiles x splits, num_kv_heads, groups); blockIdx.x = split *
 // num_query_tiles + query tile. Dynamic shared memory: T::smem_bytes().
+//
+// The key loop is pipelined the way FlashAttention-3 does it inside a
+// warpgroup: the tensor core gets the next tile's S = Q K^T and this tile's
+// O += P V back to back, and while they run the warps turn the next tile's
+// scores into weights. So the softmax (exp2 on the CUDA cores) hides behind
+// the products instead of leaving the tensor core idle, which is what made the
+// unpipelined loop (one product, wait, softmax, the other product, wait) run
+// at a third of the tensor core's rate. The cost: two tiles of state live at
+// once (S of tile t + 1 and P of tile t), and O is rescaled one step late,
+// after the product that adds to it has finished.
 template <class T>
 __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     prefix_warpgroup_kernel(AttentionParams p, stage03::Packing pk, PrefixJob job) {
@@ -90,9 +102,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   unsigned char* raw = dynamic_smem<unsigned char>();
   bf16* k_s = reinterpret_cast<bf16*>(raw + (T::ALIGN - reinterpret_cast<uintptr_t>(raw) % T::ALIGN) % T::ALIGN);
   bf16* v_s = k_s + STAGES * T::KV_ELEMS;  // [STAGES][SLABS][TILE_K][64] Sw128, as k_s
-  bf16* q_s = v_s + STAGES * T::KV_ELEMS;  // [ROWS, HEAD_DIM] stage 03's swizzle
+  bf16* q_s = v_s + STAGES * T::KV_ELEMS;  // [SLABS][ROWS][64] Sw128
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t4 = lane % 4;
+  const int t4 = lane % 4;
 
   const int split = blockIdx.x / job.num_query_tiles, query_tile = blockIdx.x % job.num_query_tiles;
   const int kv_head = blockIdx.y, grp = blockIdx.z;
@@ -107,7 +119,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     return token < group_tokens && head < pk.group;
   };
 
-  // Q, gathered on the way in: row m comes from its batch row (zeros for padding rows and dims).
+  // Q, gathered on the way in: row m comes from its batch row (zeros for
+  // padding rows and dims), into 64-dim slabs that a descriptor can name, so
+  // that the tensor core reads Q from shared memory as it reads K.
   for (int c = threadIdx.x; c < T::ROWS * T::CHUNKS; c += T::NUM_THREADS) {
     const int m = c / T::CHUNKS, chunk = c % T::CHUNKS;
     int token, head;
@@ -116,7 +130,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
         read ? p.q + (static_cast<size_t>(job.gather_rows[tok0 + token]) * p.num_q_heads + kv_head * pk.group + head) *
                          dims + chunk * 8
              : p.q;
-    cp_async_16(q_s + swizzle<HEAD_DIM>(m, chunk), src, read);
+    cp_async_16(q_s + (chunk / 8) * T::ROWS * 64 + sw128(m, (chunk % 8) * 8), src, read);
   }
   cp_async_commit();
 
@@ -125,81 +139,83 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int end = min(job.prefix_lens[grp], begin + job.keys_per_split);
   const int num_tiles = end > begin ? (end - begin + TILE_K - 1) / TILE_K : 0;
   const KvLookup lookup(p, grp, kv_head);  // the group's prefix blocks
-  auto load_tile = [&](int tile, int slot) {
+  // A thread copies KEYS_PER_THREAD keys of each tile (16 lanes a key at
+  // head_dim 128). Their block-table entries are read one step before the
+  // copies that need them: read in the same step, each entry is a global
+  // round trip that stalls the copies, and the profile of that loop showed
+  // warps waiting on exactly these loads more than on anything else.
+  constexpr int KEYS_PER_THREAD = TILE_K * T::CHUNKS / T::NUM_THREADS;
+  auto read_entries = [&](int tile, int(&entries)[KEYS_PER_THREAD]) {
+#pragma unroll
+    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
+      const int pos = begin + tile * TILE_K + (threadIdx.x + i * T::NUM_THREADS) / T::CHUNKS;
+      entries[i] = pos < end ? lookup.entry(pos, pk.block_shift) : 0;
+    }
+  };
+  auto load_tile = [&](int tile, int slot, const int(&entries)[KEYS_PER_THREAD]) {
     bf16* k_dst = k_s + slot * T::KV_ELEMS;
     bf16* v_dst = v_s + slot * T::KV_ELEMS;
 #pragma unroll
-    for (int i = 0; i < TILE_K * T::CHUNKS / T::NUM_THREADS; ++i) {
+    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
       const int c = threadIdx.x + i * T::NUM_THREADS;
-      const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;  // 16 lanes copy one key's 256 bytes
+      const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;
       const int pos = begin + tile * TILE_K + j;
       const bool in_range = pos < end && chunk * 8 < dims;
       const size_t offset =
-          in_range ? lookup.head_row(pos, pk.block_shift, p.kv.num_kv_heads) * dims + chunk * 8 : 0;
+          in_range ? lookup.head_row_of_slot(KvLookup::slot(entries[i], pos, pk.block_shift), p.kv.num_kv_heads) *
+                             dims + chunk * 8
+                   : 0;
       const int dst = (chunk / 8) * T::SLAB_ELEMS + sw128(j, (chunk % 8) * 8);
       cp_async_16(k_dst + dst, p.kv.k_cache + offset, in_range);  // zero-filled past the range
       cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
     }
   };
-  CpAsyncRing<STAGES>::prologue(num_tiles, load_tile);
-  CpAsyncRing<STAGES>::wait_prologue();
-  __syncthreads();
+  // Tiles 0 .. STAGES-2 in flight, and the entries of tile STAGES - 1 read.
+  // The loop below waits for tile t + 1 at the top of step t, so it keeps its
+  // own count of the ring's groups (CpAsyncRing's advance() waits for tile t).
+  static_assert(STAGES >= 3, "step t reads K of tile t + 1 and V of tile t while it refills a third slot");
+  CpAsyncRing<STAGES>::prologue(num_tiles, [&](int tile, int slot) {
+    int entries[KEYS_PER_THREAD];
+    read_entries(tile, entries);
+    load_tile(tile, slot, entries);
+  });
+  int next_entries[KEYS_PER_THREAD];  // of tile t + STAGES - 1 at step t
+  read_entries(STAGES - 1, next_entries);
 
-  FragSoftmax<O_TILES> sm;
-  sm.init();
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    // The ring's advance (its refill comes below, during the first wgmma), with
-    // the fence that hands cp.async's writes to the tensor core's reads (a
-    // different proxy) before the barrier publishes them.
-    cp_async_wait<STAGES - 2>();
-    fence_async_smem();
-    __syncthreads();
+  const bf16* q_wg = q_s + (warp / 4) * 64 * 64;  // this warpgroup's 64 rows in each Q slab
+  // Starts S = Q K^T of `tile` (64 rows x 64 keys per warpgroup, k-steps of 16 dims) as one group.
+  auto start_scores = [&](float(&s)[S_TILES][4], int tile) {
     const bf16* k_tile = k_s + (tile % STAGES) * T::KV_ELEMS;
-    const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;
-
-    // S = Q K^T: 64 rows x 64 keys per warpgroup, k-steps of 16 dims. This
-    // warp's 16 rows of Q are read into A fragments anew for every tile (8
-    // ldmatrix): fragments kept in registers across the loop were found
-    // overwritten in the second tile on the H200 (ptxas reused the registers of
-    // a wgmma's A operand inside the loop at head_dim 64), so no A operand
-    // lives longer than the wgmma that reads it.
-    uint32_t q_frag[HEAD_DIM / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) stage03::q_a_fragment<HEAD_DIM>(q_frag[ks], q_s, warp, ks, lane);
-    float s[S_TILES][4];
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     wgmma_pin(s);
-    wgmma_pin(q_frag);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-      wgmma_k_major(s, q_frag[ks], k_tile + (ks / 4) * T::SLAB_ELEMS, (ks % 4) * 16);
+      wgmma_ss_k_major(s, q_wg + (ks / 4) * T::ROWS * 64, (ks % 4) * 16, k_tile + (ks / 4) * T::SLAB_ELEMS,
+                       (ks % 4) * 16);
     }
-    // While the tensor core works: the next tile's copies into the slot that
-    // tile - 1 used (its readers are past the barrier above). Their block-table
-    // reads are a global round trip each, which the wgmma now hides.
-    if (tile + STAGES - 1 < num_tiles) load_tile(tile + STAGES - 1, (tile + STAGES - 1) % STAGES);
-    cp_async_commit();
-    wgmma_commit_and_wait();
-    wgmma_pin(s);
-
-    const int kv_start = begin + tile * TILE_K;
-    if (kv_start + TILE_K > end) {  // the split's last tile: keys past its end score -inf
+    wgmma_commit();
+  };
+  FragSoftmax<O_TILES> sm;
+  sm.init();
+  // Scores of `tile`, finished, to weights in place: raises m and l (not o:
+  // alpha is returned for rescale_o).
+  auto to_weights = [&](float(&s)[S_TILES][4], int tile, float(&alpha)[2]) {
+    // Keys past the split's end score -inf: selects on every tile rather than
+    // a branch around the last one (see the loop below).
+    const int valid = end - (begin + tile * TILE_K);  // keys of this tile inside the split
 #pragma unroll
-      for (int j = 0; j < S_TILES; ++j) {
+    for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (kv_start + 8 * j + 2 * t4 + (e & 1) >= end) s[j][e] = -INFINITY;
-        }
-      }
+      for (int e = 0; e < 4; ++e) s[j][e] = 8 * j + 2 * t4 + (e & 1) < valid ? s[j][e] : -INFINITY;
     }
-    float alpha[2];
-    sm.raise_max(s, pk.scale_log2, alpha);
+    const bool moved = sm.raise_max_m_l(s, pk.scale_log2, alpha);
     sm.weights(s, pk.scale_log2);
-
-    // O += P V: P's A fragments straight from S's accumulators (as stage 03).
-    uint32_t pa[TILE_K / 16][4];
+    return moved;
+  };
+  // The weights as P's A fragments, straight from S's accumulators (as stage 03).
+  auto pack_weights = [&](const float(&s)[S_TILES][4], uint32_t(&pa)[TILE_K / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < TILE_K / 16; ++kk) {
       pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
@@ -207,32 +223,72 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
       pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-    wgmma_pin(pa);  // P is in its registers before the fence, as the wgmma that read it require
-    // O += P V, one 64-dim slab of V at a time into a fresh accumulator: the
-    // tensor core only ever adds to registers it wrote itself (zeros, then its
-    // own sums), and the running O stays ordinary registers (the softmax
-    // rescales it). 32 more registers than accumulating into O in place.
+  };
+
+  float s[S_TILES][4];
+  uint32_t p_now[TILE_K / 16][4];  // P of the tile being added to O
+  float alpha[2];
+  // Starts O += P V of `tile` as one group, one 64-dim slab of V (and of O) per n-block.
+  auto start_output = [&](int tile) {
+    const bf16* v_tile = v_s + (tile % STAGES) * T::KV_ELEMS;
+    wgmma_pin(p_now);  // P and the rescaled O are in their registers before the fence
+    wgmma_pin(sm.o);
+    wgmma_fence();
 #pragma unroll
     for (int h = 0; h < SLABS; ++h) {
-      float pv[8][4];  // output dims 64h..64h+63: O tiles 8h..8h+7
+      float(&o_slab)[8][4] = *reinterpret_cast<float(*)[8][4]>(&sm.o[8 * h]);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) pv[j][0] = pv[j][1] = pv[j][2] = pv[j][3] = 0.0f;
-      wgmma_pin(pv);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < TILE_K / 16; ++kk) wgmma_mn_major(pv, pa[kk], v_tile + h * T::SLAB_ELEMS, 16 * kk);
-      wgmma_commit_and_wait();
-      wgmma_pin(pv);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sm.o[8 * h + j][e] += pv[j][e];
-      }
+      for (int kk = 0; kk < TILE_K / 16; ++kk) wgmma_mn_major(o_slab, p_now[kk], v_tile + h * T::SLAB_ELEMS, 16 * kk);
     }
+    wgmma_commit();
+  };
+  if (num_tiles > 0) {
+    cp_async_wait<STAGES - 2>();  // Q and tile 0 have landed (for this thread) ...
+    fence_async_smem();           // ... are handed to the tensor core's reads (another proxy) ...
+    __syncthreads();              // ... and everyone's have.
+    start_scores(s, 0);
+    wgmma_wait<0>();
+    wgmma_pin(s);
+    to_weights(s, 0, alpha);  // o is still zero: nothing to rescale
+    pack_weights(s, p_now);
+  }
+  // Every step but the last has a next tile. Nothing branches between a
+  // step's first product and its last wait: ptxas tracks which wgmma group a
+  // wait retires only within straight-line code. Across a branch it either
+  // serializes every wgmma of the kernel (its warning C7514) or quietly waits
+  // for both groups before the softmax, which is then not overlapped at all.
+  for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+    // K of tile + 1 has landed for everyone, and everyone is done with the
+    // slot of tile - 1 (its P V was waited for at the end of step tile - 1).
+    cp_async_wait<STAGES - 3>();
+    fence_async_smem();
+    __syncthreads();
+    start_scores(s, tile + 1);
+    start_output(tile);
+    // While both products run: the copies of tile + STAGES - 1 into the slot
+    // that tile - 1 used, unconditionally (past the last tile they write
+    // zeros to a slot nobody reads again) because of the rule above.
+    load_tile(tile + STAGES - 1, (tile + STAGES - 1) % STAGES, next_entries);
+    read_entries(tile + STAGES, next_entries);  // used a step later
+    cp_async_commit();
+    wgmma_wait<1>();  // the scores of tile + 1 (P V may still run)
+    wgmma_pin(s);
+    const bool moved = to_weights(s, tile + 1, alpha);
+    wgmma_wait<0>();  // P V has finished: O may be rescaled and P's registers reused
+    wgmma_pin(sm.o);
+    wgmma_pin(p_now);
+    if (moved) sm.rescale_o(alpha);
+    pack_weights(s, p_now);
+  }
+  if (num_tiles > 0) {  // the last tile's P V (its V landed with its K)
+    start_output(num_tiles - 1);
+    wgmma_wait<0>();
+    wgmma_pin(sm.o);
   }
   CpAsyncRing<STAGES>::drain();
   sm.sum_rows();
 
+  const int g = lane / 4;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int token, head;
