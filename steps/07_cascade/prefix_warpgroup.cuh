@@ -3,10 +3,13 @@
 //
 // The prefix pass is the one part of a decode step that is not memory bound:
 // 64 decodes x 32 query heads against a 4000-key prefix are 4.2 GFLOP for 16 MB
-// of K/V (Qwen3-8B). Stage 03's 128-row tile does it with mma.sync at ~180
-// TFLOP/s on the H200, ~23 us, where the whole step's bytes take 11 us. Each of
-// its warps owns 16 rows and reads every K/V tile from shared memory on its own
-// (ldmatrix), so 8 warps read each tile 8 times.
+// of K/V (Qwen3-8B), where the whole step's bytes take 11 us on the H200.
+// Stage 03's 128-row tile does it with mma.sync: each of its warps owns 16 rows
+// and reads every K/V tile from shared memory on its own (ldmatrix), so 8 warps
+// read each tile 8 times. On long prefixes (P 16384, B 256) it reaches ~220
+// TFLOP/s on the H200 and this kernel ~310; on the main case, whose programs
+// cover 8 key tiles each, this kernel takes ~24 us, much of it what every
+// program pays to start and finish (the stage README's results).
 //
 // This kernel keeps the idea (all of a group's queries as tile rows, the
 // prefix's keys once, split into ranges, partials out) and changes the machine
@@ -20,10 +23,13 @@
 //    overlap): the softmax of one tile runs while the tensor core multiplies;
 //  - the query gather is folded into the Q load (row -> its batch row through
 //    gather_rows), which saves the gather launch;
-//  - for decode batches the suffix pass runs at the same time on a second
-//    stream (cascade.cuh): this kernel is compute bound and the suffix pass is
-//    memory bound, so each hides much of the other, and one merge kernel
-//    combines the partials of both at the end.
+//  - for decode batches the suffix pass runs on a second stream (cascade.cuh)
+//    and one merge kernel combines the partials of both at the end. The hope
+//    was that this kernel (math) and the suffix pass (bytes) would share the
+//    SMs; measured on the H200 they hardly overlap, because these programs
+//    leave little room beside them (the stage README's results), and the
+//    gain over the in-order passes is the merge kernel, cheaper for decodes
+//    than a merge fused into the suffix pass.
 // The online softmax, the masks' rule and the partials' layout are stage 03/04's.
 // bf16 caches with head_dim up to 128; other shapes take stage 03's tiles.
 #pragma once
