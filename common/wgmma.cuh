@@ -98,12 +98,6 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// Closes the batch of wgmma issued since the last commit, and waits for it.
-__device__ __forceinline__ void wgmma_commit_and_wait() {
-  wgmma_commit();
-  wgmma_wait<0>();
-}
-
 // Shared memory written by ordinary stores or cp.async, then read by wgmma
 // (which reads through the async proxy): each writer calls this after its
 // writes have landed and before the barrier that publishes them.
@@ -190,18 +184,6 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const bf16* slab, i
 
 }  // namespace wgmma_detail
 
-// d += A * B with B[k][n] = slab(row n, col k_off + k): 64 rows of a K tile
-// (keys) against 16 of its dims, k_off a multiple of 16 below 64 (Q K^T).
-__device__ __forceinline__ void wgmma_k_major(float (&d)[8][4], const uint32_t (&a)[4], const bf16* slab, int k_off) {
-#if PA_WGMMA
-  // Inside an atom the hardware swizzles the address it computes, so a k-step
-  // is a plain 32-byte move of the start address.
-  wgmma_detail::issue<0>(d, a, wgmma_detail::sw128_descriptor(slab + k_off));
-#else
-  wgmma_detail::emulate(d, a, [&](int k, int n) -> const bf16& { return slab[sw128(n, k_off + k)]; });
-#endif
-}
-
 // d += A * B with B[k][n] = slab(row row_off + k, col n): 16 rows of a V tile
 // (keys) against its 64 columns (dims), row_off a multiple of 16 (P V).
 __device__ __forceinline__ void wgmma_mn_major(float (&d)[8][4], const uint32_t (&a)[4], const bf16* slab,
@@ -214,11 +196,15 @@ __device__ __forceinline__ void wgmma_mn_major(float (&d)[8][4], const uint32_t 
 }
 
 // d += A * B with A[m][k] = a_slab(row m, col a_koff + k) (the warpgroup's 64
-// rows, e.g. Q's) and B as wgmma_k_major's: both operands from shared memory,
-// so no register of A stays in use while the product runs.
+// rows, e.g. Q's) and B[k][n] = b_slab(row n, col b_koff + k) (64 rows of a K
+// tile against 16 of its dims: Q K^T), k offsets multiples of 16 below 64. Both
+// operands from shared memory, so no register of A stays in use while the
+// product runs.
 __device__ __forceinline__ void wgmma_ss_k_major(float (&d)[8][4], const bf16* a_slab, int a_koff, const bf16* b_slab,
                                                  int b_koff) {
 #if PA_WGMMA
+  // Inside an atom the hardware swizzles the address it computes, so a k-step
+  // is a plain 32-byte move of each start address.
   wgmma_detail::issue_ss<0>(d, wgmma_detail::sw128_descriptor(a_slab + a_koff),
                             wgmma_detail::sw128_descriptor(b_slab + b_koff));
 #else
