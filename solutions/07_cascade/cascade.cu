@@ -49,7 +49,9 @@ constexpr double LAUNCH_S = 3e-6;                 // one kernel launch: gather, 
 constexpr double PROGRAM_START_S = 6e-6;          // per wave: the Q tile's load and the K/V ring's fill
 constexpr double PREFIX_SPLIT_MERGE_S = 0.4e-6;   // per prefix split: the suffix pass merges them one by one
 // The warpgroup prefix pass ("going further", prefix_warpgroup.cuh), fitted on
-// the same grid measured with it (2026-12-01): 44 of 45 cells, worst 1.02x.
+// the grid measured with it on 2026-12-01 at 01:31 UTC (44 of 45 cells, worst
+// 1.02x); on the grid the tests embed (04:05 UTC, after its loop was
+// pipelined) the same constants score 44 of 45, worst 1.05x.
 // Its decode steps run the suffix pass beside the prefix pass and then a merge
 // kernel, so the model takes the slower pass plus the join.
 constexpr double H200_WARPGROUP_FLOP_PER_S = 2.6e14;  // wgmma in 64/128-row tiles, all SMs (measured at P 16384, B 256)

@@ -88,6 +88,40 @@ struct WarpgroupTile {
                 "one 128-row or two 64-row programs per H100/H200 SM (the prefix split plan counts on it)");
 };
 
+// The rows of one prefix query tile: row m is gathered token (row0 + m) /
+// GROUP_PAD and head (row0 + m) % GROUP_PAD of the KV head's group; rows past
+// the group's tokens or heads are padding.
+struct PrefixTileRows {
+  int row0, group_tokens;
+
+  __device__ __forceinline__ bool at(const stage03::Packing& pk, int m, int& token, int& head) const {
+    token = (row0 + m) >> pk.group_shift;
+    head = (row0 + m) & ((1 << pk.group_shift) - 1);
+    return token < group_tokens && head < pk.group;
+  }
+};
+
+// Q of one query tile, gathered on the way in: row m comes from its batch row
+// (group tokens from tok0 on, through gather_rows; zeros for padding rows and
+// dims), into 64-dim Sw128 slabs [SLABS][ROWS][64] that a descriptor can name,
+// so that the tensor core reads Q from shared memory as it reads K.
+template <class T>
+__device__ __forceinline__ void load_gathered_q(bf16* q_s, const AttentionParams& p, const stage03::Packing& pk,
+                                                const PrefixJob& job, const PrefixTileRows& rows, int tok0,
+                                                int kv_head) {
+  const int dims = p.kv.head_dim;
+  for (int c = threadIdx.x; c < T::ROWS * T::CHUNKS; c += T::NUM_THREADS) {
+    const int m = c / T::CHUNKS, chunk = c % T::CHUNKS;
+    int token, head;
+    const bool read = rows.at(pk, m, token, head) && chunk * 8 < dims;
+    const bf16* src =
+        read ? p.q + (static_cast<size_t>(job.gather_rows[tok0 + token]) * p.num_q_heads + kv_head * pk.group + head) *
+                         dims + chunk * 8
+             : p.q;
+    cp_async_16(q_s + (chunk / 8) * T::ROWS * 64 + sw128(m, (chunk % 8) * 8), src, read);
+  }
+}
+
 // Grid: (query tiles x splits, num_kv_heads, groups); blockIdx.x = split *
 // num_query_tiles + query tile. Dynamic shared memory: T::smem_bytes().
 //
@@ -117,29 +151,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int split = blockIdx.x / job.num_query_tiles, query_tile = blockIdx.x % job.num_query_tiles;
   const int kv_head = blockIdx.y, grp = blockIdx.z;
   const int tok0 = p.batch.query_start_loc[grp], group_tokens = p.batch.query_start_loc[grp + 1] - tok0;
-  const int row0 = query_tile * T::ROWS;
-  if ((row0 >> pk.group_shift) >= group_tokens) return;  // the grid is sized for the largest group
+  const PrefixTileRows rows{query_tile * T::ROWS, group_tokens};
+  if ((rows.row0 >> pk.group_shift) >= group_tokens) return;  // the grid is sized for the largest group
   const int dims = p.kv.head_dim;
-  // Tile row m: gathered token (row0 + m) / GROUP_PAD, head (row0 + m) % GROUP_PAD of the KV head's group.
-  auto row_of = [&](int m, int& token, int& head) {
-    token = (row0 + m) >> pk.group_shift;
-    head = (row0 + m) & ((1 << pk.group_shift) - 1);
-    return token < group_tokens && head < pk.group;
-  };
-
-  // Q, gathered on the way in: row m comes from its batch row (zeros for
-  // padding rows and dims), into 64-dim slabs that a descriptor can name, so
-  // that the tensor core reads Q from shared memory as it reads K.
-  for (int c = threadIdx.x; c < T::ROWS * T::CHUNKS; c += T::NUM_THREADS) {
-    const int m = c / T::CHUNKS, chunk = c % T::CHUNKS;
-    int token, head;
-    const bool read = row_of(m, token, head) && chunk * 8 < dims;
-    const bf16* src =
-        read ? p.q + (static_cast<size_t>(job.gather_rows[tok0 + token]) * p.num_q_heads + kv_head * pk.group + head) *
-                         dims + chunk * 8
-             : p.q;
-    cp_async_16(q_s + (chunk / 8) * T::ROWS * 64 + sw128(m, (chunk % 8) * 8), src, read);
-  }
+  load_gathered_q<T>(q_s, p, pk, job, rows, tok0, kv_head);
   cp_async_commit();
 
   // This split's keys of the prefix; every query comes after the prefix, so all see all of them.
@@ -150,8 +165,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // A thread copies KEYS_PER_THREAD keys of each tile (16 lanes a key at
   // head_dim 128). Their block-table entries are read one step before the
   // copies that need them: read in the same step, each entry is a global
-  // round trip that stalls the copies, and the profile of that loop showed
-  // warps waiting on exactly these loads more than on anything else.
+  // round trip that stalls the copies (waits on global loads led the profile
+  // of that loop, and these are its only global loads).
   constexpr int KEYS_PER_THREAD = TILE_K * T::CHUNKS / T::NUM_THREADS;
   auto read_entries = [&](int tile, int(&entries)[KEYS_PER_THREAD]) {
 #pragma unroll
@@ -300,7 +315,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int token, head;
-    if (!row_of(warp * 16 + g + 8 * i, token, head)) continue;
+    if (!rows.at(pk, warp * 16 + g + 8 * i, token, head)) continue;
     const size_t part_row = (static_cast<size_t>(split) * p.batch.num_tokens + tok0 + token) * p.num_q_heads +
                             kv_head * pk.group + head;
     stage04::store_partial_row(job.part_o, job.part_lse, part_row, dims, sm.o, i, t4, sm.inv_l(i), sm.lse(i));
