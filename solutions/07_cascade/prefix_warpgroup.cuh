@@ -105,18 +105,31 @@ struct PrefixTileRows {
 // (group tokens from tok0 on, through gather_rows; zeros for padding rows and
 // dims), into 64-dim Sw128 slabs [SLABS][ROWS][64] that a descriptor can name,
 // so that the tensor core reads Q from shared memory as it reads K.
+// All of a thread's gathered rows are read before its first copy: a cp.async
+// is a compiler barrier for memory, so a read between two copies waits for the
+// first copy's issue, and the reads would form a chain of round trips.
 template <class T>
 __device__ __forceinline__ void load_gathered_q(bf16* q_s, const AttentionParams& p, const stage03::Packing& pk,
                                                 const PrefixJob& job, const PrefixTileRows& rows, int tok0,
                                                 int kv_head) {
+  constexpr int COPIES = T::ROWS * T::CHUNKS / T::NUM_THREADS;  // 16-byte copies per thread
+  static_assert(T::ROWS * T::CHUNKS % T::NUM_THREADS == 0, "whole copies per thread");
   const int dims = p.kv.head_dim;
-  for (int c = threadIdx.x; c < T::ROWS * T::CHUNKS; c += T::NUM_THREADS) {
-    const int m = c / T::CHUNKS, chunk = c % T::CHUNKS;
+  int batch_row[COPIES];  // of copy i's row, -1 for padding rows and dims
+#pragma unroll
+  for (int i = 0; i < COPIES; ++i) {
+    const int c = threadIdx.x + i * T::NUM_THREADS, m = c / T::CHUNKS, chunk = c % T::CHUNKS;
     int token, head;
-    const bool read = rows.at(pk, m, token, head) && chunk * 8 < dims;
+    batch_row[i] = rows.at(pk, m, token, head) && chunk * 8 < dims ? job.gather_rows[tok0 + token] : -1;
+  }
+#pragma unroll
+  for (int i = 0; i < COPIES; ++i) {
+    const int c = threadIdx.x + i * T::NUM_THREADS, m = c / T::CHUNKS, chunk = c % T::CHUNKS;
+    int token, head;
+    rows.at(pk, m, token, head);
+    const bool read = batch_row[i] >= 0;
     const bf16* src =
-        read ? p.q + (static_cast<size_t>(job.gather_rows[tok0 + token]) * p.num_q_heads + kv_head * pk.group + head) *
-                         dims + chunk * 8
+        read ? p.q + (static_cast<size_t>(batch_row[i]) * p.num_q_heads + kv_head * pk.group + head) * dims + chunk * 8
              : p.q;
     cp_async_16(q_s + (chunk / 8) * T::ROWS * 64 + sw128(m, (chunk % 8) * 8), src, read);
   }
@@ -147,32 +160,53 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   bf16* q_s = v_s + STAGES * T::KV_ELEMS;  // [SLABS][ROWS][64] Sw128
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t4 = lane % 4;
-
   const int split = blockIdx.x / job.num_query_tiles, query_tile = blockIdx.x % job.num_query_tiles;
   const int kv_head = blockIdx.y, grp = blockIdx.z;
-  const int tok0 = p.batch.query_start_loc[grp], group_tokens = p.batch.query_start_loc[grp + 1] - tok0;
+  const int dims = p.kv.head_dim;
+  const KvLookup lookup(p, grp, kv_head);  // the group's prefix blocks
+  // A thread copies KEYS_PER_THREAD keys of each tile (16 lanes a key at
+  // head_dim 128), at positions key_pos(tile, i) of the prefix.
+  constexpr int KEYS_PER_THREAD = TILE_K * T::CHUNKS / T::NUM_THREADS;
+  const int begin = split * job.keys_per_split;  // this split's first key
+  auto key_pos = [&](int tile, int i) { return begin + tile * TILE_K + (threadIdx.x + i * T::NUM_THREADS) / T::CHUNKS; };
+
+  // The program's first round trip: every global load that needs no other
+  // load's result is issued here, back to back: the group's token range and
+  // prefix length, and the block-table entries of the ring's first STAGES
+  // tiles. Read where their copies need them, they were a chain of round
+  // trips (the group's range, then Q's gathered rows, then one per prologue
+  // tile) before the first product. An entry is read wherever it lies in the
+  // group's (padded) table row, which holds valid block ids throughout;
+  // whether its key is copied is decided once the prefix length is known.
+  const int tok0 = p.batch.query_start_loc[grp], tok_end = p.batch.query_start_loc[grp + 1];
+  const int prefix_len = job.prefix_lens[grp];
+  const int table_end = min(begin + job.keys_per_split, p.batch.max_blocks_per_seq << pk.block_shift);
+  int first_entries[STAGES][KEYS_PER_THREAD];
+#pragma unroll
+  for (int t = 0; t < STAGES; ++t) {
+#pragma unroll
+    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
+      first_entries[t][i] = key_pos(t, i) < table_end ? lookup.entry(key_pos(t, i), pk.block_shift) : 0;
+    }
+  }
+  const int group_tokens = tok_end - tok0;
   const PrefixTileRows rows{query_tile * T::ROWS, group_tokens};
   if ((rows.row0 >> pk.group_shift) >= group_tokens) return;  // the grid is sized for the largest group
-  const int dims = p.kv.head_dim;
+  // The second: Q's gathered rows (their batch rows), then Q's copies.
   load_gathered_q<T>(q_s, p, pk, job, rows, tok0, kv_head);
   cp_async_commit();
 
   // This split's keys of the prefix; every query comes after the prefix, so all see all of them.
-  const int begin = split * job.keys_per_split;
-  const int end = min(job.prefix_lens[grp], begin + job.keys_per_split);
+  const int end = min(prefix_len, begin + job.keys_per_split);
   const int num_tiles = end > begin ? (end - begin + TILE_K - 1) / TILE_K : 0;
-  const KvLookup lookup(p, grp, kv_head);  // the group's prefix blocks
-  // A thread copies KEYS_PER_THREAD keys of each tile (16 lanes a key at
-  // head_dim 128). Their block-table entries are read one step before the
-  // copies that need them: read in the same step, each entry is a global
-  // round trip that stalls the copies (waits on global loads led the profile
-  // of that loop, and these are its only global loads).
-  constexpr int KEYS_PER_THREAD = TILE_K * T::CHUNKS / T::NUM_THREADS;
+  // The loop reads the entries of each later tile one step before its copies:
+  // read in the same step, each entry is a global round trip that stalls the
+  // copies (waits on global loads led the profile of that loop, and these are
+  // its only global loads).
   auto read_entries = [&](int tile, int(&entries)[KEYS_PER_THREAD]) {
 #pragma unroll
     for (int i = 0; i < KEYS_PER_THREAD; ++i) {
-      const int pos = begin + tile * TILE_K + (threadIdx.x + i * T::NUM_THREADS) / T::CHUNKS;
-      entries[i] = pos < end ? lookup.entry(pos, pk.block_shift) : 0;
+      entries[i] = key_pos(tile, i) < end ? lookup.entry(key_pos(tile, i), pk.block_shift) : 0;
     }
   };
   auto load_tile = [&](int tile, int slot, const int(&entries)[KEYS_PER_THREAD]) {
@@ -182,7 +216,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     for (int i = 0; i < KEYS_PER_THREAD; ++i) {
       const int c = threadIdx.x + i * T::NUM_THREADS;
       const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;
-      const int pos = begin + tile * TILE_K + j;
+      const int pos = key_pos(tile, i);
       const bool in_range = pos < end && chunk * 8 < dims;
       const size_t offset =
           in_range ? lookup.head_row_of_slot(KvLookup::slot(entries[i], pos, pk.block_shift), p.kv.num_kv_heads) *
@@ -193,17 +227,14 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
       cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
     }
   };
-  // Tiles 0 .. STAGES-2 in flight, and the entries of tile STAGES - 1 read.
-  // The loop below waits for tile t + 1 at the top of step t, so it keeps its
-  // own count of the ring's groups (CpAsyncRing's advance() waits for tile t).
+  // Tiles 0 .. STAGES-2 in flight, with the entries read above. The loop
+  // below waits for tile t + 1 at the top of step t, so it keeps its own
+  // count of the ring's groups (CpAsyncRing's advance() waits for tile t).
   static_assert(STAGES >= 3, "step t reads K of tile t + 1 and V of tile t while it refills a third slot");
-  CpAsyncRing<STAGES>::prologue(num_tiles, [&](int tile, int slot) {
-    int entries[KEYS_PER_THREAD];
-    read_entries(tile, entries);
-    load_tile(tile, slot, entries);
-  });
+  CpAsyncRing<STAGES>::prologue(num_tiles, [&](int tile, int slot) { load_tile(tile, slot, first_entries[tile]); });
   int next_entries[KEYS_PER_THREAD];  // of tile t + STAGES - 1 at step t
-  read_entries(STAGES - 1, next_entries);
+#pragma unroll
+  for (int i = 0; i < KEYS_PER_THREAD; ++i) next_entries[i] = first_entries[STAGES - 1][i];
 
   const bf16* q_wg = q_s + (warp / 4) * 64 * 64;  // this warpgroup's 64 rows in each Q slab
   // Starts S = Q K^T of `tile` (64 rows x 64 keys per warpgroup, k-steps of 16 dims) as one group.
