@@ -135,6 +135,47 @@ __device__ __forceinline__ void load_gathered_q(bf16* q_s, const AttentionParams
   }
 }
 
+// The K/V copies of one prefix split: this thread copies KEYS_PER_THREAD keys
+// of each 64-key tile (16 lanes a key at head_dim 128), through the group's
+// block table, into 64-dim Sw128 slabs [SLABS][TILE_K][64] of a ring slot.
+template <class T>
+struct SplitCopies {
+  static constexpr int KEYS_PER_THREAD = T::TILE_K * T::CHUNKS / T::NUM_THREADS;
+  KvLookup lookup;  // the group's prefix blocks
+  int begin;        // the split's first key
+  int end;          // its end: set once the prefix length has been read
+
+  // Prefix position of this thread's key i of `tile`.
+  __device__ __forceinline__ int pos(int tile, int i) const {
+    return begin + tile * T::TILE_K + (threadIdx.x + i * T::NUM_THREADS) / T::CHUNKS;
+  }
+  // The block-table entries of this thread's keys of `tile` below `limit` (0 past it).
+  __device__ __forceinline__ void read_entries(int tile, int limit, int block_shift,
+                                               int (&entries)[KEYS_PER_THREAD]) const {
+#pragma unroll
+    for (int i = 0; i < KEYS_PER_THREAD; ++i) entries[i] = pos(tile, i) < limit ? lookup.entry(pos(tile, i), block_shift) : 0;
+  }
+  // This thread's copies of `tile` into ring slot (k_dst, v_dst), zero-filled past `end`.
+  __device__ __forceinline__ void copy(bf16* k_dst, bf16* v_dst, const AttentionParams& p, int block_shift, int tile,
+                                       const int (&entries)[KEYS_PER_THREAD]) const {
+    const int dims = p.kv.head_dim;
+#pragma unroll
+    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
+      const int c = threadIdx.x + i * T::NUM_THREADS;
+      const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;
+      const int kv_pos = pos(tile, i);
+      const bool in_range = kv_pos < end && chunk * 8 < dims;
+      const size_t offset =
+          in_range ? lookup.head_row_of_slot(KvLookup::slot(entries[i], kv_pos, block_shift), p.kv.num_kv_heads) *
+                             dims + chunk * 8
+                   : 0;
+      const int dst = (chunk / 8) * T::SLAB_ELEMS + sw128(j, (chunk % 8) * 8);
+      cp_async_16(k_dst + dst, p.kv.k_cache + offset, in_range);
+      cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
+    }
+  }
+};
+
 // Grid: (query tiles x splits, num_kv_heads, groups); blockIdx.x = split *
 // num_query_tiles + query tile. Dynamic shared memory: T::smem_bytes().
 //
@@ -162,13 +203,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int t4 = lane % 4;
   const int split = blockIdx.x / job.num_query_tiles, query_tile = blockIdx.x % job.num_query_tiles;
   const int kv_head = blockIdx.y, grp = blockIdx.z;
-  const int dims = p.kv.head_dim;
-  const KvLookup lookup(p, grp, kv_head);  // the group's prefix blocks
-  // A thread copies KEYS_PER_THREAD keys of each tile (16 lanes a key at
-  // head_dim 128), at positions key_pos(tile, i) of the prefix.
-  constexpr int KEYS_PER_THREAD = TILE_K * T::CHUNKS / T::NUM_THREADS;
-  const int begin = split * job.keys_per_split;  // this split's first key
-  auto key_pos = [&](int tile, int i) { return begin + tile * TILE_K + (threadIdx.x + i * T::NUM_THREADS) / T::CHUNKS; };
+  constexpr int KEYS_PER_THREAD = SplitCopies<T>::KEYS_PER_THREAD;
+  SplitCopies<T> copies{KvLookup(p, grp, kv_head), split * job.keys_per_split, 0};
 
   // The program's first round trip: every global load that needs no other
   // load's result is issued here, back to back: the group's token range and
@@ -180,15 +216,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // whether its key is copied is decided once the prefix length is known.
   const int tok0 = p.batch.query_start_loc[grp], tok_end = p.batch.query_start_loc[grp + 1];
   const int prefix_len = job.prefix_lens[grp];
-  const int table_end = min(begin + job.keys_per_split, p.batch.max_blocks_per_seq << pk.block_shift);
+  const int table_end = min(copies.begin + job.keys_per_split, p.batch.max_blocks_per_seq << pk.block_shift);
   int first_entries[STAGES][KEYS_PER_THREAD];
 #pragma unroll
-  for (int t = 0; t < STAGES; ++t) {
-#pragma unroll
-    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
-      first_entries[t][i] = key_pos(t, i) < table_end ? lookup.entry(key_pos(t, i), pk.block_shift) : 0;
-    }
-  }
+  for (int t = 0; t < STAGES; ++t) copies.read_entries(t, table_end, pk.block_shift, first_entries[t]);
   const int group_tokens = tok_end - tok0;
   const PrefixTileRows rows{query_tile * T::ROWS, group_tokens};
   if ((rows.row0 >> pk.group_shift) >= group_tokens) return;  // the grid is sized for the largest group
@@ -197,39 +228,18 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   cp_async_commit();
 
   // This split's keys of the prefix; every query comes after the prefix, so all see all of them.
-  const int end = min(prefix_len, begin + job.keys_per_split);
-  const int num_tiles = end > begin ? (end - begin + TILE_K - 1) / TILE_K : 0;
-  // The loop reads the entries of each later tile one step before its copies:
-  // read in the same step, each entry is a global round trip that stalls the
-  // copies (waits on global loads led the profile of that loop, and these are
-  // its only global loads).
-  auto read_entries = [&](int tile, int(&entries)[KEYS_PER_THREAD]) {
-#pragma unroll
-    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
-      entries[i] = key_pos(tile, i) < end ? lookup.entry(key_pos(tile, i), pk.block_shift) : 0;
-    }
-  };
+  copies.end = min(prefix_len, copies.begin + job.keys_per_split);
+  const int num_tiles = copies.end > copies.begin ? (copies.end - copies.begin + TILE_K - 1) / TILE_K : 0;
   auto load_tile = [&](int tile, int slot, const int(&entries)[KEYS_PER_THREAD]) {
-    bf16* k_dst = k_s + slot * T::KV_ELEMS;
-    bf16* v_dst = v_s + slot * T::KV_ELEMS;
-#pragma unroll
-    for (int i = 0; i < KEYS_PER_THREAD; ++i) {
-      const int c = threadIdx.x + i * T::NUM_THREADS;
-      const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;
-      const int pos = key_pos(tile, i);
-      const bool in_range = pos < end && chunk * 8 < dims;
-      const size_t offset =
-          in_range ? lookup.head_row_of_slot(KvLookup::slot(entries[i], pos, pk.block_shift), p.kv.num_kv_heads) *
-                             dims + chunk * 8
-                   : 0;
-      const int dst = (chunk / 8) * T::SLAB_ELEMS + sw128(j, (chunk % 8) * 8);
-      cp_async_16(k_dst + dst, p.kv.k_cache + offset, in_range);  // zero-filled past the range
-      cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
-    }
+    copies.copy(k_s + slot * T::KV_ELEMS, v_s + slot * T::KV_ELEMS, p, pk.block_shift, tile, entries);
   };
   // Tiles 0 .. STAGES-2 in flight, with the entries read above. The loop
   // below waits for tile t + 1 at the top of step t, so it keeps its own
   // count of the ring's groups (CpAsyncRing's advance() waits for tile t).
+  // It reads the entries of each later tile one step before its copies: read
+  // in the same step, each entry is a global round trip that stalls the
+  // copies (waits on global loads led the profile of that loop, and these are
+  // its only global loads).
   static_assert(STAGES >= 3, "step t reads K of tile t + 1 and V of tile t while it refills a third slot");
   CpAsyncRing<STAGES>::prologue(num_tiles, [&](int tile, int slot) { load_tile(tile, slot, first_entries[tile]); });
   int next_entries[KEYS_PER_THREAD];  // of tile t + STAGES - 1 at step t
@@ -258,7 +268,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   auto to_weights = [&](float(&s)[S_TILES][4], int tile, float(&alpha)[2]) {
     // Keys past the split's end score -inf: selects on every tile rather than
     // a branch around the last one (see the loop below).
-    const int valid = end - (begin + tile * TILE_K);  // keys of this tile inside the split
+    const int valid = copies.end - (copies.begin + tile * TILE_K);  // keys of this tile inside the split
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
@@ -323,7 +333,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     // that tile - 1 used, unconditionally (past the last tile they write
     // zeros to a slot nobody reads again) because of the rule above.
     load_tile(tile + STAGES - 1, (tile + STAGES - 1) % STAGES, next_entries);
-    read_entries(tile + STAGES, next_entries);  // used a step later
+    copies.read_entries(tile + STAGES, copies.end, pk.block_shift, next_entries);  // used a step later
     cp_async_commit();
     wgmma_wait<1>();  // the scores of tile + 1 (P V may still run)
     wgmma_pin(s);
@@ -349,7 +359,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     if (!rows.at(pk, warp * 16 + g + 8 * i, token, head)) continue;
     const size_t part_row = (static_cast<size_t>(split) * p.batch.num_tokens + tok0 + token) * p.num_q_heads +
                             kv_head * pk.group + head;
-    stage04::store_partial_row(job.part_o, job.part_lse, part_row, dims, sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+    stage04::store_partial_row(job.part_o, job.part_lse, part_row, p.kv.head_dim, sm.o, i, t4, sm.inv_l(i), sm.lse(i));
   }
 }
 
