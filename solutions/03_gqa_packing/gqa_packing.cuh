@@ -455,7 +455,8 @@ struct Bf16Tiles {
   template <class T, class Slice, class Mask>
   static void launch_tile(const AttentionParams& p, const Packing& pk, const Slice& slice, dim3 grid,
                           cudaStream_t stream) {
-    launch(gqa_packing_kernel<T, Slice, Mask>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(), stream, p, pk, slice);
+    launch_for_slice<Slice>(gqa_packing_kernel<T, Slice, Mask>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(), stream,
+                            p, pk, slice);
   }
 };
 

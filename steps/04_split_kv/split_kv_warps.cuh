@@ -194,8 +194,8 @@ struct Bf16SplitTiles {
                           cudaStream_t stream) {
     if constexpr (T::KV_WARPS == 2) {
       auto run = [&]<class U>() {
-        launch(two_warp_decode_kernel<U, Slice, Mask>, grid, dim3(U::NUM_THREADS), smem_bytes<U>(), stream, p, pk,
-               slice);
+        launch_for_slice<Slice>(two_warp_decode_kernel<U, Slice, Mask>, grid, dim3(U::NUM_THREADS), smem_bytes<U>(),
+                                stream, p, pk, slice);
       };
       if constexpr (T::HEAD_DIM == 128) {
         if (p.kv.head_dim == 96) return run.template operator()<CompactDecode<96>>();

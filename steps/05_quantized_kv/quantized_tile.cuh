@@ -675,8 +675,8 @@ struct QuantizedTiles {
   template <class T, class Slice, class Mask>
   static void launch_tile(const AttentionParams& p, const Packing& pk, const Slice& slice, dim3 grid,
                           cudaStream_t stream) {
-    launch(quantized_kernel<T, QuantizedKv<F>, Slice, Mask>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(), stream, p,
-           pk, slice);
+    launch_for_slice<Slice>(quantized_kernel<T, QuantizedKv<F>, Slice, Mask>, grid, dim3(T::NUM_THREADS),
+                            smem_bytes<T>(), stream, p, pk, slice);
   }
 };
 static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&

@@ -11,8 +11,9 @@
 // This file: plan() (validation and the device metadata, once per batch),
 // choose_path() and forward() (2-3 launches: gather, prefix pass, suffix pass,
 // plus a merge when the suffix pass is split; with the going-further prefix
-// pass of prefix_warpgroup.cuh, no gather, and for decodes the suffix pass on a
-// second stream beside the prefix pass, then one merge kernel).
+// pass of prefix_warpgroup.cuh, no gather, and the suffix pass started while
+// the prefix pass runs, or for some decode batches on a second stream beside
+// it, then one merge kernel).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -59,6 +60,11 @@ constexpr double WARPGROUP_ROW_KEY_S = 0.05e-9;       // one key through one pro
 constexpr double WARPGROUP_START_S = 2e-6;            // per wave: Q's gathered load, the ring's fill
 constexpr double JOIN_S = 7e-6;                       // the second stream's join and the merge kernel
 constexpr double WARPGROUP_SPLIT_MERGE_S = 0.2e-6;    // per prefix split, in the merge kernel
+// Decodes whose suffix pass merges in its epilogue (fused_merge_pays) run it
+// after the prefix pass instead; its programs then wait there for the prefix
+// partials, about this long per full wave of them (fitted on the grid of
+// 2026-12-01 11:19 UTC: 64 members pay ~5 us more than 8 beyond their bytes).
+constexpr double FUSED_MERGE_WAVE_S = 5e-6;
 constexpr int H200_SMS = 132;
 
 // A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded

@@ -16,8 +16,9 @@
 //    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and a
 //    merge kernel that folds in the prefix partials (merge_cascade_kernel).
 // Going further (prefix_warpgroup.cuh): the prefix pass on Hopper's warpgroup
-// MMA for bf16 caches, and decode batches' suffix pass beside it
-// (forward_warpgroup, SuffixPartials).
+// MMA for bf16 caches, with the suffix pass as its dependent launch
+// (SuffixMergeAfterPrefix), or for some decode batches beside it on a second
+// stream (forward_warpgroup, SuffixPartials).
 #pragma once
 
 #include <algorithm>
@@ -132,6 +133,24 @@ struct SuffixMerge {
 #pragma unroll
     for (int j = 0; j < O_TILES; ++j) merged[j][2 * half] = acc.o[2 * j], merged[j][2 * half + 1] = acc.o[2 * j + 1];
     stage03::WholeContext{}.store_row(p, q_row, merged, half, t4, acc.inv_l(), acc.lse());
+  }
+};
+
+// SuffixMerge for the suffix pass that follows the warpgroup prefix pass in
+// its stream (going further, forward_warpgroup): started as that kernel's
+// dependent launch (launch_for_slice), its programs may take free SM slots
+// while the prefix pass still runs, walk their own keys, and wait for the
+// prefix partials only in the epilogue, where they read them. Every batch row
+// that reads partials waits first, so the pass never ends before the prefix
+// pass has; the merge kernel and the second stream are not needed.
+struct SuffixMergeAfterPrefix : SuffixMerge {
+  static constexpr bool AFTER_PRIOR_GRID = true;
+
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    wait_for_prior_grid();  // the prefix pass's partials are complete and visible
+    SuffixMerge::store_row(p, q_row, o, half, t4, inv_l, lse);
   }
 };
 
@@ -256,6 +275,23 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
   stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
 }
 
+// Whether a decode batch's suffix pass should merge the prefix partials in its
+// epilogue, after the warpgroup prefix pass, rather than run beside it with a
+// merge kernel after both. The fused epilogue saves the merge kernel, the
+// second stream's join and a launch, but every program waits there for its
+// rows' prefix partials, 4 splits per round trip (PrefixPartials::merge_into),
+// after its own keys. That pays once: one wave of unsplit suffix programs, and
+// a prefix of at most FUSED_MAX_PREFIX_SPLITS splits (2 round trips). Measured
+// on the H200 (stage README): 2-5 us faster at B = 64 (Qwen3-8B shape); 11 us
+// slower for MHA (2048 one-row programs, four waves) and 7-8 us slower with 8
+// members and 32 prefix splits.
+constexpr int FUSED_MAX_PREFIX_SPLITS = 8;
+inline bool fused_merge_pays(const AttentionParams& p, int suffix_splits, int prefix_splits, int num_sms) {
+  const int programs = p.batch.num_requests * p.kv.num_kv_heads;
+  return suffix_splits == 1 && programs <= stage04::programs_per_sm(p) * num_sms &&
+         prefix_splits <= FUSED_MAX_PREFIX_SPLITS;
+}
+
 // The prefix pass's batch: one "request" per cascaded group, its queries placed
 // after its prefix, read through the prefixes' block tables. q stays the
 // batch's: stage 03's tiles read the gathered copy (forward_with sets it), the
@@ -270,17 +306,24 @@ AttentionParams gathered_batch(const AttentionParams& p, const Cascade& c) {
   return pg;
 }
 
-// Going further: the warpgroup prefix pass (prefix_warpgroup.cuh), no gather.
-// A decode batch runs its suffix pass on a second stream at the same time, as
-// partials, and one merge kernel joins both; other batches run the two passes
-// one after the other as below.
+// Going further: the warpgroup prefix pass (prefix_warpgroup.cuh), no gather,
+// then the suffix pass as its dependent launch, merging the prefix partials in
+// its epilogue (SuffixMergeAfterPrefix). Decode batches for which that merge
+// does not pay (fused_merge_pays) run their suffix pass on a second stream
+// beside the prefix pass instead, as partials, and one merge kernel joins both.
 template <int HEAD_DIM, class Tiles, class Adapt>
 void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
                        cudaStream_t stream, const Adapt& adapt) {
   const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  if (!decode_only) {
+  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
+  if (!decode_only || fused_merge_pays(p, sp.num_splits, c.num_prefix_splits, stage04::sm_count())) {
     launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);
-    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+    // Whole query tiles, as stage 03 launches them. Only a kernel that comes
+    // right after the prefix pass in the same stream may start before it ends.
+    auto to_suffix = [&](const stage03::WholeContext&) {
+      return adapt(SuffixMergeAfterPrefix{{c.suffix_begin.data(), prefix_partials(c)}});
+    };
+    stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
     return;
   }
   SideStream& side = side_stream();
@@ -288,7 +331,6 @@ void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascad
   PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
   launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);  // first, so that its large programs find room
 
-  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
   const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
   stage04::Workspace& ws = stage04::workspace();
   ws.o.resize(rows * p.kv.head_dim);
