@@ -10,6 +10,7 @@
 // for the whole key loop.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -40,6 +41,32 @@ struct KvLookup {
     const size_t s = (static_cast<size_t>(entry(kv_pos, block_shift)) << block_shift) +
                      (kv_pos & ((1 << block_shift) - 1));
     return s * num_kv_heads + kv_head;
+  }
+};
+
+// One thread's block-table entries for the keys it copies from a K/V tile,
+// read a tile ahead of the copies that use them. A cp.async is an `asm
+// volatile` with a "memory" clobber, so the compiler moves no load across it:
+// an entry read just before its copy is a global round trip on the critical
+// path of every tile (and of every copy, when each reads its own). Read while
+// the previous tile computes, the entries are in registers when the copies go.
+//
+// key_of(i): the key of the thread's copy i. Keys at or past keys_end are not
+// read (their copies are zero-fills) and get entry 0.
+template <int COPIES>
+struct EntriesAhead {
+  int entry[COPIES];    // block-table entry of copy i's key
+  int first = INT_MIN;  // the tile's first key, INT_MIN before the first fetch
+
+  template <class KeyOf>
+  __device__ __forceinline__ void fetch(const KvLookup& lookup, int block_shift, int tile_first, int keys_end,
+                                        KeyOf key_of) {
+    first = tile_first;
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int kv_pos = key_of(i);
+      entry[i] = kv_pos < keys_end ? lookup.entry(kv_pos, block_shift) : 0;
+    }
   }
 };
 

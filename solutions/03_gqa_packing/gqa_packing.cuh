@@ -247,24 +247,55 @@ __device__ __forceinline__ void row_positions(const QueryTile& qt, const Packing
 // zero-filled: the slots past seq_len may hold anything (NaN in the tests), and
 // 0 * NaN = NaN. So are the padding dims past head_dim: the zero queries there
 // must not meet stale shared memory.
+//
+// A ring copies its tiles in order, so each copy() also reads the block-table
+// entries of the next tile, `next_first` on (common's EntriesAhead says why):
+// a tile's copies never wait for a block-table read, and the ring's first two
+// tiles wait for one round trip, not two.
 template <int HEAD_DIM, int ROWS, int NUM_COPIERS>
-__device__ __forceinline__ void copy_kv_rows(bf16* k_dst, bf16* v_dst, const AttentionParams& p,
-                                             const KvLookup& lookup, int block_shift, int first, int keys_end,
-                                             int copier) {
-  constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks of a bf16 row
+struct KvRowCopies {
+  static constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks of a bf16 row
   static_assert((ROWS * CHUNKS) % NUM_COPIERS == 0, "every copier issues the same number of copies");
-#pragma unroll
-  for (int i = 0; i < ROWS * CHUNKS / NUM_COPIERS; ++i) {
-    const int c = copier + i * NUM_COPIERS;
-    const int j = c / CHUNKS, chunk = c % CHUNKS;
-    const int kv_pos = first + j;
-    const bool in_range = kv_pos < keys_end && chunk * 8 < p.kv.head_dim;
-    const size_t head_row = in_range ? lookup.head_row(kv_pos, block_shift, p.kv.num_kv_heads) : 0;
-    const size_t offset = in_range ? head_row * p.kv.head_dim + chunk * 8 : 0;  // elements from the cache base
-    cp_async_16(k_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.k_cache + offset, in_range);
-    cp_async_16(v_dst + swizzle<HEAD_DIM>(j, chunk), p.kv.v_cache + offset, in_range);
+  static constexpr int COPIES = ROWS * CHUNKS / NUM_COPIERS;
+  using Entries = EntriesAhead<COPIES>;
+  Entries ahead;  // the entries of the tile from key ahead.first on
+
+  __device__ __forceinline__ void copy(bf16* k_dst, bf16* v_dst, const AttentionParams& p, const KvLookup& lookup,
+                                       int block_shift, int first, int next_first, int keys_end, int copier) {
+    auto fetch = [&](Entries& e, int tile_first) {
+      e.fetch(lookup, block_shift, tile_first, keys_end, [=](int i) { return tile_first + row(copier, i); });
+    };
+    if (ahead.first == first) {
+      issue(ahead, k_dst, v_dst, p, lookup, block_shift, keys_end, copier);
+      fetch(ahead, next_first);
+    } else {  // the ring's first tile: its entries and the next tile's in one round trip
+      Entries now;
+      fetch(now, first);
+      fetch(ahead, next_first);
+      issue(now, k_dst, v_dst, p, lookup, block_shift, keys_end, copier);
+    }
   }
-}
+
+ private:
+  // Copy i of this copier: tile row (key offset) and 16-byte chunk.
+  __device__ __forceinline__ static int row(int copier, int i) { return (copier + i * NUM_COPIERS) / CHUNKS; }
+  __device__ __forceinline__ static int chunk(int copier, int i) { return (copier + i * NUM_COPIERS) % CHUNKS; }
+
+  __device__ __forceinline__ static void issue(const Entries& e, bf16* k_dst, bf16* v_dst, const AttentionParams& p,
+                                               const KvLookup& lookup, int block_shift, int keys_end, int copier) {
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int j = row(copier, i), c = chunk(copier, i);
+      const int kv_pos = e.first + j;
+      const bool in_range = kv_pos < keys_end && c * 8 < p.kv.head_dim;
+      const size_t head_row =
+          lookup.head_row_of_slot(KvLookup::slot(e.entry[i], kv_pos, block_shift), p.kv.num_kv_heads);
+      const size_t offset = in_range ? head_row * p.kv.head_dim + c * 8 : 0;  // elements from the cache base
+      cp_async_16(k_dst + swizzle<HEAD_DIM>(j, c), p.kv.k_cache + offset, in_range);
+      cp_async_16(v_dst + swizzle<HEAD_DIM>(j, c), p.kv.v_cache + offset, in_range);
+    }
+  }
+};
 
 // Row warp row_warp's 16 rows of the Q tile (swizzled) as the MMA A fragment of
 // k-step ks (matrices 0..3 = rows 0-7 / 8-15 x dims lo / hi).
@@ -358,10 +389,11 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
 
   // K/V tile `tile` -> ring slot `slot`, copied by the whole program.
   const KvLookup lookup(p, qt.r, qt.kv_head);
+  KvRowCopies<HEAD_DIM, TILE_K, T::NUM_THREADS> copies;
   auto load_kv_tile = [&](int tile, int slot) {
-    copy_kv_rows<HEAD_DIM, TILE_K, T::NUM_THREADS>(k_s + slot * T::KV_ELEMS, v_s + slot * T::KV_ELEMS, p, lookup,
-                                                   pk.block_shift, keys.begin + tile * TILE_K, keys.end,
-                                                   threadIdx.x);
+    const int first = keys.begin + tile * TILE_K;
+    copies.copy(k_s + slot * T::KV_ELEMS, v_s + slot * T::KV_ELEMS, p, lookup, pk.block_shift, first,
+                first + TILE_K, keys.end, threadIdx.x);
   };
   using Ring = CpAsyncRing<STAGES>;
   const int num_kv_tiles = (keys.end - keys.begin + TILE_K - 1) / TILE_K;

@@ -111,10 +111,11 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   // This warp's WARP_K rows of K/V tile `tile` -> its half of ring slot `slot`,
   // copied by its own 32 lanes.
   const KvLookup lookup(p, qt.r, qt.kv_head);
+  stage03::KvRowCopies<HEAD_DIM, WARP_K, 32> copies;
   auto load_kv_rows = [&](int tile, int slot) {
-    stage03::copy_kv_rows<HEAD_DIM, WARP_K, 32>(k_s + slot * T::KV_ELEMS + key0 * HEAD_DIM,
-                                                v_s + slot * T::KV_ELEMS + key0 * HEAD_DIM, p, lookup,
-                                                pk.block_shift, keys.begin + tile * TILE_K + key0, keys.end, lane);
+    const int first = keys.begin + tile * TILE_K + key0;
+    copies.copy(k_s + slot * T::KV_ELEMS + key0 * HEAD_DIM, v_s + slot * T::KV_ELEMS + key0 * HEAD_DIM, p, lookup,
+                pk.block_shift, first, first + TILE_K, keys.end, lane);
   };
   using Ring = CpAsyncRing<T::STAGES>;
   const int num_kv_tiles = (keys.end - keys.begin + TILE_K - 1) / TILE_K;

@@ -190,8 +190,12 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionPa
   const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;
   const int dims = p.kv.head_dim;
   const bool real_dims = 4 * chunk < dims;
+  // Read now, so that this load is in flight with the suffix partials' instead
+  // of a round trip after them (merge_into reads the same address).
+  const int g_row = prefix.gathered_row_of[row];
   SoftmaxState<4> acc;
   acc.init();
+#pragma unroll 4
   for (int s = 0; s < suffix.num_splits; ++s) {
     const size_t part_row = s * split_stride + q_row;
     const float4 v = real_dims ? *reinterpret_cast<const float4*>(suffix.part_o + part_row * dims + 4 * chunk)
@@ -199,7 +203,7 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionPa
     const float o[4] = {v.x, v.y, v.z, v.w};
     acc.merge(SoftmaxState<4>::partial(suffix.part_lse[part_row], o));
   }
-  prefix.merge_into(acc, q_row, p.num_q_heads, dims, [chunk](int i) { return 4 * chunk + i; });
+  if (g_row >= 0) prefix.merge_into(acc, q_row, p.num_q_heads, dims, [chunk](int i) { return 4 * chunk + i; });
   if (!real_dims) return;
   const float inv_l = acc.inv_l();
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + 4 * chunk);
