@@ -86,7 +86,14 @@ struct PrefixPartials {
   __device__ __forceinline__ void merge_into(SoftmaxState<N>& acc, size_t q_row, int num_q_heads, int head_dim,
                                              Dim dim) const {
     const int token = static_cast<int>(q_row / num_q_heads), head = static_cast<int>(q_row % num_q_heads);
-    const int g_row = gathered_row_of[token];
+    merge_gathered_into(acc, gathered_row_of[token], head, num_q_heads, head_dim, dim);
+  }
+
+  // The same, for a caller that read the token's gathered row g_row itself
+  // (-1: not cascaded, left alone).
+  template <int N, class Dim>
+  __device__ __forceinline__ void merge_gathered_into(SoftmaxState<N>& acc, int g_row, int head, int num_q_heads,
+                                                      int head_dim, Dim dim) const {
     if (g_row < 0) return;
     // Unrolled so that the loads of several splits are in flight together: a
     // merge kernel that waits for one split's load before the next spends ~1 us
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionPa
   const int dims = p.kv.head_dim;
   const bool real_dims = 4 * chunk < dims;
   // Read now, so that this load is in flight with the suffix partials' instead
-  // of a round trip after them (merge_into reads the same address).
+  // of a round trip after them.
   const int g_row = prefix.gathered_row_of[row];
   SoftmaxState<4> acc;
   acc.init();
@@ -203,7 +210,7 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionPa
     const float o[4] = {v.x, v.y, v.z, v.w};
     acc.merge(SoftmaxState<4>::partial(suffix.part_lse[part_row], o));
   }
-  if (g_row >= 0) prefix.merge_into(acc, q_row, p.num_q_heads, dims, [chunk](int i) { return 4 * chunk + i; });
+  prefix.merge_gathered_into(acc, g_row, h, p.num_q_heads, dims, [chunk](int i) { return 4 * chunk + i; });
   if (!real_dims) return;
   const float inv_l = acc.inv_l();
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + 4 * chunk);
