@@ -150,15 +150,14 @@ struct SplitCopies {
   __device__ __forceinline__ int pos(int tile, int i) const {
     return begin + tile * T::TILE_K + (threadIdx.x + i * T::NUM_THREADS) / T::CHUNKS;
   }
+  using Entries = EntriesAhead<KEYS_PER_THREAD>;
   // The block-table entries of this thread's keys of `tile` below `limit` (0 past it).
-  __device__ __forceinline__ void read_entries(int tile, int limit, int block_shift,
-                                               int (&entries)[KEYS_PER_THREAD]) const {
-#pragma unroll
-    for (int i = 0; i < KEYS_PER_THREAD; ++i) entries[i] = pos(tile, i) < limit ? lookup.entry(pos(tile, i), block_shift) : 0;
+  __device__ __forceinline__ void read_entries(int tile, int limit, int block_shift, Entries& entries) const {
+    entries.fetch(lookup, block_shift, pos(tile, 0), limit, [&](int i) { return pos(tile, i); });
   }
   // This thread's copies of `tile` into ring slot (k_dst, v_dst), zero-filled past `end`.
   __device__ __forceinline__ void copy(bf16* k_dst, bf16* v_dst, const AttentionParams& p, int block_shift, int tile,
-                                       const int (&entries)[KEYS_PER_THREAD]) const {
+                                       const Entries& entries) const {
     const int dims = p.kv.head_dim;
 #pragma unroll
     for (int i = 0; i < KEYS_PER_THREAD; ++i) {
@@ -166,10 +165,9 @@ struct SplitCopies {
       const int j = c / T::CHUNKS, chunk = c % T::CHUNKS;
       const int kv_pos = pos(tile, i);
       const bool in_range = kv_pos < end && chunk * 8 < dims;
-      const size_t offset =
-          in_range ? lookup.head_row_of_slot(KvLookup::slot(entries[i], kv_pos, block_shift), p.kv.num_kv_heads) *
-                             dims + chunk * 8
-                   : 0;
+      const size_t head_row =
+          lookup.head_row_of_slot(KvLookup::slot(entries.entry[i], kv_pos, block_shift), p.kv.num_kv_heads);
+      const size_t offset = in_range ? head_row * dims + chunk * 8 : 0;
       const int dst = (chunk / 8) * T::SLAB_ELEMS + sw128(j, (chunk % 8) * 8);
       cp_async_16(k_dst + dst, p.kv.k_cache + offset, in_range);
       cp_async_16(v_dst + dst, p.kv.v_cache + offset, in_range);
@@ -210,7 +208,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // in its epilogue. Measured on the main case: 1.5 us per step less than
   // letting it start when these programs exit.
   allow_dependent_grid();
-  constexpr int KEYS_PER_THREAD = SplitCopies<T>::KEYS_PER_THREAD;
+  using Entries = typename SplitCopies<T>::Entries;
   SplitCopies<T> copies{KvLookup(p, grp, kv_head), split * job.keys_per_split, 0};
 
   // The program's first round trip: every global load that needs no other
@@ -224,7 +222,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int tok0 = p.batch.query_start_loc[grp], tok_end = p.batch.query_start_loc[grp + 1];
   const int prefix_len = job.prefix_lens[grp];
   const int table_end = min(copies.begin + job.keys_per_split, p.batch.max_blocks_per_seq << pk.block_shift);
-  int first_entries[STAGES][KEYS_PER_THREAD];
+  Entries first_entries[STAGES];
 #pragma unroll
   for (int t = 0; t < STAGES; ++t) copies.read_entries(t, table_end, pk.block_shift, first_entries[t]);
   const int group_tokens = tok_end - tok0;
@@ -237,7 +235,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // This split's keys of the prefix; every query comes after the prefix, so all see all of them.
   copies.end = min(prefix_len, copies.begin + job.keys_per_split);
   const int num_tiles = copies.end > copies.begin ? (copies.end - copies.begin + TILE_K - 1) / TILE_K : 0;
-  auto load_tile = [&](int tile, int slot, const int(&entries)[KEYS_PER_THREAD]) {
+  auto load_tile = [&](int tile, int slot, const Entries& entries) {
     copies.copy(k_s + slot * T::KV_ELEMS, v_s + slot * T::KV_ELEMS, p, pk.block_shift, tile, entries);
   };
   // Tiles 0 .. STAGES-2 in flight, with the entries read above. The loop
@@ -249,9 +247,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // its only global loads).
   static_assert(STAGES >= 3, "step t reads K of tile t + 1 and V of tile t while it refills a third slot");
   CpAsyncRing<STAGES>::prologue(num_tiles, [&](int tile, int slot) { load_tile(tile, slot, first_entries[tile]); });
-  int next_entries[KEYS_PER_THREAD];  // of tile t + STAGES - 1 at step t
-#pragma unroll
-  for (int i = 0; i < KEYS_PER_THREAD; ++i) next_entries[i] = first_entries[STAGES - 1][i];
+  Entries next_entries = first_entries[STAGES - 1];  // of tile t + STAGES - 1 at step t
 
   const bf16* q_wg = q_s + (warp / 4) * 64 * 64;  // this warpgroup's 64 rows in each Q slab
   // Starts S = Q K^T of `tile` (64 rows x 64 keys per warpgroup, k-steps of 16 dims) as one group.
