@@ -182,6 +182,10 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
   state.counters["prefix_len"] = c.prefix_len;
   state.counters["batch"] = c.batch;
   state.counters["suffix_len"] = c.suffix_len;
+  state.counters["kv_token_bytes"] = static_cast<double>(token_bytes);
+  // Each member's decode query attends every prefix position: Q K^T and P V,
+  // 2 FLOPs per multiply-add each, for all query heads (the prefix pass's work).
+  state.counters["prefix_flops"] = 4.0 * cfg.num_q_heads * cfg.head_dim * static_cast<double>(c.batch) * c.prefix_len;
   if (v.runner == Runner::stage07) {
     int cascaded = 0;
     for (const stage07::Path path : plan.paths) cascaded += path == stage07::Path::cascade;

@@ -13,6 +13,11 @@ e.g. cascade_grid/07_cascade/shape:qwen3/P:4000/B:64/S:128) and
   - prints the main case (64 requests sharing a 4000-token prefix): ms of
     07_cascade, 07_auto and 04_split_kv on the shared and the private layout,
     the cascade's speedup over both, and its fraction of the cascade floor.
+  - fits where a cascaded step's time goes (time_model): per group size, over
+    the grid, 07_cascade's time = a fixed part + a cost per prefix position + a
+    cost per suffix position (least squares), with the rates those slopes
+    imply; and per shape, on the main case, the part the suffix positions do
+    not explain against what the S = 128 target leaves for it.
 Each table states its target beside the figures. --md FILE also writes the
 tables as markdown. Cells that did not run (skipped, failed, or a partial run)
 are left out or shown blank.
@@ -25,6 +30,7 @@ import os
 import sys
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -166,6 +172,73 @@ def dispatch_table(cells):
     return out
 
 
+def token_bytes(b):
+    """K/V bytes of one position, all KV heads: bench_cascade counts kv_bytes = (P + B (S + 1)) positions."""
+    if b.get("kv_token_bytes"):
+        return b["kv_token_bytes"]
+    return b["kv_bytes"] / (b["prefix_len"] + b["batch"] * (b["suffix_len"] + 1))
+
+
+def time_model(cells, runs, read_gbps):
+    """Markdown lines: 07_cascade's time split into a fixed part and per-position costs."""
+    out = ["Per group size B (the grid's cells with P >= 512: below that the prefix pass has "
+           "fewer splits than the model's one wave), 07_cascade's time fitted as "
+           "fixed + P x (per prefix position) + S x (per suffix position), by least squares. "
+           "The rates are the slopes' work over their time: the prefix pass's FLOPs per position "
+           "(when the JSON counts them) and the B suffix positions' bytes.", "",
+           "| shape | B | cells | fixed us | us per 1000 prefix positions | prefix TFLOP/s | "
+           "us per suffix position | suffix GB/s | worst residual us |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for (shape, P, B, S), by in cells.items():
+        c = by.get("07_cascade")
+        if ok(c) and P >= 512:
+            groups.setdefault((shape, B), []).append(c)
+    fitted = False
+    for (shape, B), bs in sorted(groups.items()):
+        if len({b["prefix_len"] for b in bs}) < 2 or len({b["suffix_len"] for b in bs}) < 2 or len(bs) < 4:
+            continue
+        X = np.array([[1.0, b["prefix_len"], b["suffix_len"]] for b in bs])
+        y = np.array([b["ms_median"] * 1e3 for b in bs])
+        (fixed, per_p, per_s), *_ = np.linalg.lstsq(X, y, rcond=None)
+        worst = float(np.max(np.abs(X @ np.array([fixed, per_p, per_s]) - y)))
+        flops = [b["prefix_flops"] / b["prefix_len"] for b in bs if b.get("prefix_flops")]
+        tflops = f"{flops[0] / (per_p * 1e-6) / 1e12:.0f}" if flops and per_p > 0 else ""
+        gbps = f"{B * token_bytes(bs[0]) / (per_s * 1e-6) / 1e9:.0f}" if per_s > 0 else ""
+        out.append(f"| {shape} | {B} | {len(bs)} | {fixed:.1f} | {1000 * per_p:.2f} | {tflops} | {per_s:.3f} | "
+                   f"{gbps} | {worst:.1f} |")
+        fitted = True
+    if not fitted:
+        out.append("| (no group size has enough measured cells to fit) | | | | | | | | |")
+    out += ["", "The main case per shape: 07_cascade's time fitted as T0 + S x (per suffix position) over its "
+            "S values. T0 is what the suffix positions do not explain: the prefix pass, the decode tokens' own "
+            "keys, launches, start-up and merges. *Room* is what the S = 128 target leaves for T0 once the "
+            "suffix positions are read at the probe's rate.", "",
+            "| shape | P | B | T0 us | us per suffix position | suffix GB/s | target at S = 128 us | "
+            "suffix positions at the probe us | room for T0 us |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    mains = {}
+    for (family, backend, fields), b in runs.items():
+        if family == "cascade_main" and backend == "07_cascade" and field(fields, "layout") == "shared" and ok(b):
+            key = (field(fields, "shape"), int(field(fields, "P")), int(field(fields, "B")))
+            mains.setdefault(key, []).append(b)
+    for (shape, P, B), bs in sorted(mains.items(), key=lambda kv: (kv[0][0] != "qwen3", kv[0])):
+        if len({b["suffix_len"] for b in bs}) < 2:
+            continue
+        X = np.array([[1.0, b["suffix_len"]] for b in bs])
+        y = np.array([b["ms_median"] * 1e3 for b in bs])
+        (t0, per_s), *_ = np.linalg.lstsq(X, y, rcond=None)
+        tb = token_bytes(bs[0])
+        gbps = f"{B * tb / (per_s * 1e-6) / 1e9:.0f}" if per_s > 0 else ""
+        target = suffix = room = ""
+        if read_gbps:
+            limit = FLOOR_TARGET * (P + B * 129) * tb / (read_gbps * 1e9) * 1e6
+            at_probe = B * 128 * tb / (read_gbps * 1e9) * 1e6
+            target, suffix, room = f"{limit:.1f}", f"{at_probe:.1f}", f"{limit - at_probe:.1f}"
+        out.append(f"| {shape} | {P} | {B} | {t0:.1f} | {per_s:.3f} | {gbps} | {target} | {suffix} | {room} |")
+    return out
+
+
 def main_table(runs, read_gbps):
     """Markdown lines: the main case per shape and S."""
     rows = {}
@@ -241,6 +314,8 @@ def main():
     lines += main_table(runs, read_gbps)
     lines += ["", "### Dispatch: the cost model (07_auto) over the grid", ""]
     lines += dispatch_table(cells)
+    lines += ["", "### Where a cascaded step's time goes", ""]
+    lines += time_model(cells, runs, read_gbps)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.md:

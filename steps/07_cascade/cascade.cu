@@ -33,9 +33,10 @@ namespace {
 using stage03::Packing;
 
 // The cost model's figures, from an H200 (132 SMs), fitted on the grid of the
-// stage README (P x B x S, Qwen3-8B shape, plots/h200/cascade.json, measured
-// with stages 04-08's two-warp decode tile): it picks the faster path in 43 of
-// the 45 cells, and its worst pick is 1.055x the faster path. Each pass of either path costs a launch,
+// stage README (P x B x S, Qwen3-8B shape; measured on 2026-11-30 with stages
+// 04-08's two-warp decode tile, the tests' classic grid): it picks the faster
+// path in 43 of the 45 cells, and its worst pick is 1.055x the faster path.
+// Each pass of either path costs a launch,
 // its programs' start-up once per wave, and the slowest of three limits: its
 // bytes at the read rate, its FLOPs at the MMA rate, and its longest program's
 // keys at one program's per-key latency. The last one decides small decode
