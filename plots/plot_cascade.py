@@ -213,10 +213,11 @@ def time_model(cells, runs, read_gbps):
     out += ["", "The main case per shape: 07_cascade's time fitted as T0 + S x (per suffix position) over its "
             "S values. T0 is what the suffix positions do not explain: the prefix pass, the decode tokens' own "
             "keys, launches, start-up and merges. *Room* is what the S = 128 target leaves for T0 once the "
-            "suffix positions are read at the probe's rate.", "",
+            "suffix positions are read at the probe's rate. *Read* is what the read probe, timed the same way, "
+            "takes to stream the S = 128 step's bytes once (its plain_read_fraction x its time).", "",
             "| shape | P | B | T0 us | us per suffix position | suffix GB/s | target at S = 128 us | "
-            "suffix positions at the probe us | room for T0 us |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "suffix positions at the probe us | room for T0 us | read at S = 128 us |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     mains = {}
     for (family, backend, fields), b in runs.items():
         if family == "cascade_main" and backend == "07_cascade" and field(fields, "layout") == "shared" and ok(b):
@@ -230,12 +231,16 @@ def time_model(cells, runs, read_gbps):
         (t0, per_s), *_ = np.linalg.lstsq(X, y, rcond=None)
         tb = token_bytes(bs[0])
         gbps = f"{B * tb / (per_s * 1e-6) / 1e9:.0f}" if per_s > 0 else ""
-        target = suffix = room = ""
+        target = suffix = room = read = ""
+        at128 = [b for b in bs if b["suffix_len"] == 128 and b.get("plain_read_fraction")]
+        if at128:
+            read = f"{at128[0]['plain_read_fraction'] * at128[0]['ms_median'] * 1e3:.1f}"
         if read_gbps:
             limit = FLOOR_TARGET * (P + B * 129) * tb / (read_gbps * 1e9) * 1e6
             at_probe = B * 128 * tb / (read_gbps * 1e9) * 1e6
             target, suffix, room = f"{limit:.1f}", f"{at_probe:.1f}", f"{limit - at_probe:.1f}"
-        out.append(f"| {shape} | {P} | {B} | {t0:.1f} | {per_s:.3f} | {gbps} | {target} | {suffix} | {room} |")
+        out.append(f"| {shape} | {P} | {B} | {t0:.1f} | {per_s:.3f} | {gbps} | {target} | {suffix} | {room} | "
+                   f"{read} |")
     return out
 
 
