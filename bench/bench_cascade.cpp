@@ -219,6 +219,14 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
       }
     }
   }
+  // The MHA shape's own slice of the grid, cascade only, for the time model of
+  // plot_cascade.py (a fixed part + a cost per prefix and per suffix position):
+  // the main case's B across the prefix lengths the grid fits over.
+  for (int P : kGpu ? std::vector<int>{512, 2048, 4000, 16384} : std::vector<int>{64}) {
+    for (int S : suffixes) {
+      out.push_back({k07Cascade, Cell{"cascade_fit", mha(), true, false, P, kGpu ? 64 : 4, S, grid_iters}});
+    }
+  }
   const int main_P = kGpu ? 4000 : 64, main_B = kGpu ? 64 : 4;
   for (const Shape& shape : {qwen3(), mha()}) {
     for (int S : kGpu ? std::vector<int>{1, 128, 512} : std::vector<int>{8}) {

@@ -179,9 +179,9 @@ def token_bytes(b):
     return b["kv_bytes"] / (b["prefix_len"] + b["batch"] * (b["suffix_len"] + 1))
 
 
-def time_model(cells, runs, read_gbps):
+def time_model(runs, read_gbps):
     """Markdown lines: 07_cascade's time split into a fixed part and per-position costs."""
-    out = ["Per group size B (the grid's cells with P >= 512: below that the prefix pass has "
+    out = ["Per shape and group size B (the grid's cells with P >= 512: below that the prefix pass has "
            "fewer splits than the model's one wave), 07_cascade's time fitted as "
            "fixed + P x (per prefix position) + S x (per suffix position), by least squares. "
            "The rates are the slopes' work over their time: the prefix pass's FLOPs per position "
@@ -190,10 +190,10 @@ def time_model(cells, runs, read_gbps):
            "us per suffix position | suffix GB/s | worst residual us |",
            "|---|---|---|---|---|---|---|---|---|"]
     groups = {}
-    for (shape, P, B, S), by in cells.items():
-        c = by.get("07_cascade")
-        if ok(c) and P >= 512:
-            groups.setdefault((shape, B), []).append(c)
+    for (family, backend, fields), c in runs.items():
+        # cascade_fit: bench_cascade's slice of the grid in the MHA shape, cascade only.
+        if family in ("cascade_grid", "cascade_fit") and backend == "07_cascade" and ok(c) and c["prefix_len"] >= 512:
+            groups.setdefault((field(fields, "shape"), int(field(fields, "B"))), []).append(c)
     fitted = False
     for (shape, B), bs in sorted(groups.items()):
         if len({b["prefix_len"] for b in bs}) < 2 or len({b["suffix_len"] for b in bs}) < 2 or len(bs) < 4:
@@ -320,7 +320,7 @@ def main():
     lines += ["", "### Dispatch: the cost model (07_auto) over the grid", ""]
     lines += dispatch_table(cells)
     lines += ["", "### Where a cascaded step's time goes", ""]
-    lines += time_model(cells, runs, read_gbps)
+    lines += time_model(runs, read_gbps)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.md:
