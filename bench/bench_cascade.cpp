@@ -25,6 +25,8 @@
 //   cascade_main  64 requests sharing a 4000-token prefix, S in {1, 128, 512}, in the
 //                 Qwen3-8B shape and an MHA shape (32 q / 32 kv heads, D 128); 07_cascade
 //                 and 07_auto on the shared layout, 04_split_kv on both
+//   cascade_fit   the MHA shape at B = 64, P in {512, 2048, 4000, 16384} x S in {1, 128, 512},
+//                 07_cascade only: with cascade_grid, what plot_cascade.py's time model fits
 // Names: family/backend/shape:S[/layout:L]/P:n/B:n/S:n, e.g.
 //   cascade_grid/07_cascade/shape:qwen3/P:4000/B:64/S:128
 //   cascade_main/04_split_kv/shape:mha/layout:private/P:4000/B:64/S:128
@@ -116,7 +118,7 @@ const Variant k07ClassicAuto{"07_classic_auto", Runner::stage07, -1, false};  //
 const Variant k04SplitKv{"04_split_kv", Runner::stage04, 0};
 
 struct Cell {
-  std::string family;  // cascade_grid | cascade_main
+  std::string family;  // cascade_grid | cascade_main | cascade_fit
   Shape shape;
   bool shared;         // shared layout (share_prefixes), else private copies
   bool name_layout;    // the name carries layout:... (cascade_main)
