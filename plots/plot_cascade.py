@@ -181,6 +181,19 @@ def token_bytes(b):
     return b["kv_bytes"] / (b["prefix_len"] + b["batch"] * (b["suffix_len"] + 1))
 
 
+def fit_us(bs, columns):
+    """Least squares of the entries' times (us) over [1, *columns(entry)]: the coefficients, the worst residual."""
+    X = np.array([[1.0, *columns(b)] for b in bs])
+    y = np.array([b["ms_median"] * 1e3 for b in bs])
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    return coef, float(np.max(np.abs(X @ coef - y)))
+
+
+def per_second(work, us, scale):
+    """`work` per `us` microseconds, in units of `scale` per second; blank when the slope is not positive."""
+    return f"{work / (us * 1e-6) / scale:.0f}" if us > 0 else ""
+
+
 def time_model(runs, read_gbps):
     """Markdown lines: 07_cascade's time split into a fixed part and per-position costs."""
     out = ["Per shape and group size B (the grid's cells with P >= 512: below that the prefix pass has "
@@ -200,13 +213,10 @@ def time_model(runs, read_gbps):
     for (shape, B), bs in sorted(groups.items()):
         if len({b["prefix_len"] for b in bs}) < 2 or len({b["suffix_len"] for b in bs}) < 2 or len(bs) < 4:
             continue
-        X = np.array([[1.0, b["prefix_len"], b["suffix_len"]] for b in bs])
-        y = np.array([b["ms_median"] * 1e3 for b in bs])
-        (fixed, per_p, per_s), *_ = np.linalg.lstsq(X, y, rcond=None)
-        worst = float(np.max(np.abs(X @ np.array([fixed, per_p, per_s]) - y)))
+        (fixed, per_p, per_s), worst = fit_us(bs, lambda b: (b["prefix_len"], b["suffix_len"]))
         flops = [b["prefix_flops"] / b["prefix_len"] for b in bs if b.get("prefix_flops")]
-        tflops = f"{flops[0] / (per_p * 1e-6) / 1e12:.0f}" if flops and per_p > 0 else ""
-        gbps = f"{B * token_bytes(bs[0]) / (per_s * 1e-6) / 1e9:.0f}" if per_s > 0 else ""
+        tflops = per_second(flops[0], per_p, 1e12) if flops else ""
+        gbps = per_second(B * token_bytes(bs[0]), per_s, 1e9)
         out.append(f"| {shape} | {B} | {len(bs)} | {fixed:.1f} | {1000 * per_p:.2f} | {tflops} | {per_s:.3f} | "
                    f"{gbps} | {worst:.1f} |")
         fitted = True
@@ -228,18 +238,16 @@ def time_model(runs, read_gbps):
     for (shape, P, B), bs in sorted(mains.items(), key=lambda kv: (kv[0][0] != "qwen3", kv[0])):
         if len({b["suffix_len"] for b in bs}) < 2:
             continue
-        X = np.array([[1.0, b["suffix_len"]] for b in bs])
-        y = np.array([b["ms_median"] * 1e3 for b in bs])
-        (t0, per_s), *_ = np.linalg.lstsq(X, y, rcond=None)
+        (t0, per_s), _ = fit_us(bs, lambda b: (b["suffix_len"],))
         tb = token_bytes(bs[0])
-        gbps = f"{B * tb / (per_s * 1e-6) / 1e9:.0f}" if per_s > 0 else ""
+        gbps = per_second(B * tb, per_s, 1e9)
         target = suffix = room = read = ""
-        at128 = [b for b in bs if b["suffix_len"] == TARGET_S and b.get("plain_read_fraction")]
-        if at128:
-            read = f"{at128[0]['plain_read_fraction'] * at128[0]['ms_median'] * 1e3:.1f}"
-        if read_gbps:
-            # the cascade's bytes at S = TARGET_S: the prefix once, each member's S positions and decode token
-            limit = FLOOR_TARGET * (P + B * (TARGET_S + 1)) * tb / (read_gbps * 1e9) * 1e6
+        at_target = next((b for b in bs if b["suffix_len"] == TARGET_S), None)
+        if at_target and at_target.get("plain_read_fraction"):
+            read = f"{at_target['plain_read_fraction'] * at_target['ms_median'] * 1e3:.1f}"
+        if at_target and read_gbps:
+            # kv_bytes is the cascade's bytes: the prefix once, each member's own positions and decode token
+            limit = FLOOR_TARGET * at_target["kv_bytes"] / (read_gbps * 1e9) * 1e6
             at_probe = B * TARGET_S * tb / (read_gbps * 1e9) * 1e6
             target, suffix, room = f"{limit:.1f}", f"{at_probe:.1f}", f"{limit - at_probe:.1f}"
         out.append(f"| {shape} | {P} | {B} | {t0:.1f} | {per_s:.3f} | {gbps} | {target} | {suffix} | {room} | "
