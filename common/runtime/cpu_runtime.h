@@ -86,6 +86,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -179,25 +181,37 @@ void cp_async_4(void* smem_dst, const void* gmem_src, bool pred);
 void cp_async_commit();
 void cp_async_wait(int max_pending);
 
+// Stream capture (cpu_api.h): record_work() returns false when `stream` is not
+// capturing, and the caller runs the work now; true when it was recorded into
+// the stream's graph. It throws KernelError for work on the legacy stream while
+// a capture is active (CUDA fails such a launch too).
+bool record_work(cudaStream_t stream, std::function<void()> work);
+
 }  // namespace detail
 
 // Runs the whole grid before returning. Arguments are converted to the kernel's
 // parameter types once, then every CUDA thread gets its own copy.
 template <class... KernelArgs, class... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                   cudaStream_t /*stream: every launch is synchronous*/, Args&&... args) {
+                   cudaStream_t stream /*synchronous, unless it captures a graph*/, Args&&... args) {
   static_assert(sizeof...(KernelArgs) == sizeof...(Args), "wrong number of kernel arguments");
   struct Params {
     void (*kernel)(KernelArgs...);
     std::tuple<std::decay_t<KernelArgs>...> args;
   };
-  const Params params{kernel, std::tuple<std::decay_t<KernelArgs>...>(std::forward<Args>(args)...)};
-  detail::run_grid(
-      [](const void* p) {
-        const Params& ps = *static_cast<const Params*>(p);
-        std::apply(ps.kernel, ps.args);
-      },
-      &params, grid, block, smem_bytes);
+  constexpr detail::Invoker invoke = [](const void* p) {
+    const Params& ps = *static_cast<const Params*>(p);
+    std::apply(ps.kernel, ps.args);
+  };
+  auto params = std::make_shared<const Params>(
+      Params{kernel, std::tuple<std::decay_t<KernelArgs>...>(std::forward<Args>(args)...)});
+  // Captured into a graph: the arguments are kept, as a GPU graph's kernel node keeps them.
+  if (detail::record_work(stream, [params, grid, block, smem_bytes] {
+        detail::run_grid(invoke, params.get(), grid, block, smem_bytes);
+      })) {
+    return;
+  }
+  detail::run_grid(invoke, params.get(), grid, block, smem_bytes);
 }
 
 // The block's dynamic shared memory (smem_bytes of the launch, 16-byte aligned).

@@ -4,13 +4,27 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <utility>
+#include <vector>
 
+// Work recorded by stream capture, in stream order.
+struct CUgraph_st {
+  std::vector<std::function<void()>> work;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> work;
+};
 struct CUstream_st {
   unsigned flags;
+  CUgraph_st* capture = nullptr;  // non-null while capturing
+  bool invalidated = false;       // a prohibited call happened during the capture
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point when;
@@ -46,7 +60,40 @@ cudaError_t alloc(void** ptr, size_t bytes) {
 
 bool valid_kind(cudaMemcpyKind kind) { return kind >= cudaMemcpyHostToHost && kind <= cudaMemcpyDefault; }
 
+// The streams capturing now (global mode: any of them forbids synchronising calls).
+std::mutex g_capture_mutex;
+std::vector<CUstream_st*> g_capturing;
+
+// A call that synchronises or allocates: refused, and every active capture
+// invalidated, while a capture is active. Returns cudaSuccess otherwise.
+cudaError_t refuse_during_capture() {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  if (g_capturing.empty()) return cudaSuccess;
+  for (CUstream_st* s : g_capturing) s->invalidated = true;
+  return record(cudaErrorStreamCaptureUnsupported);
+}
+
+bool capturing(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  return stream != nullptr && stream->capture != nullptr;
+}
+
 }  // namespace
+
+namespace cpucuda::detail {
+bool record_work(cudaStream_t stream, std::function<void()> work) {
+  if (stream == nullptr) {
+    if (refuse_during_capture() != cudaSuccess) {
+      throw KernelError("work on the legacy stream 0 while a stream is capturing a CUDA graph: "
+                        "give the captured code the capturing stream");
+    }
+    return false;
+  }
+  if (!capturing(stream)) return false;
+  stream->capture->work.push_back(std::move(work));
+  return true;
+}
+}  // namespace cpucuda::detail
 
 const char* cudaGetErrorName(cudaError_t err) {
   switch (err) {
@@ -60,9 +107,14 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorUnknown: return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
@@ -80,9 +132,14 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorUnknown: return "unknown error";
   }
   return "unknown error";
@@ -95,11 +152,15 @@ cudaError_t cudaGetLastError() {
 }
 cudaError_t cudaPeekAtLastError() { return tl_last_error; }
 
-cudaError_t cudaMalloc(void** ptr, size_t bytes) { return alloc(ptr, bytes); }
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (const cudaError_t err = refuse_during_capture()) return err;
+  return alloc(ptr, bytes);
+}
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return alloc(ptr, bytes); }
 cudaError_t cudaMallocManaged(void** ptr, size_t bytes, unsigned) { return alloc(ptr, bytes); }
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) { return alloc(ptr, bytes); }
 cudaError_t cudaFree(void* ptr) {
+  if (const cudaError_t err = refuse_during_capture()) return err;
   std::free(ptr);
   return cudaSuccess;
 }
@@ -109,13 +170,19 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t err = refuse_during_capture()) return err;
   if (!valid_kind(kind)) return record(cudaErrorInvalidMemcpyDirection);
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return record(cudaErrorInvalidValue);
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (capturing(stream)) {
+    if (!valid_kind(kind)) return record(cudaErrorInvalidMemcpyDirection);
+    stream->capture->work.push_back([=] { std::memmove(dst, src, bytes); });
+    return cudaSuccess;
+  }
   return cudaMemcpy(dst, src, bytes, kind);
 }
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
@@ -129,14 +196,21 @@ cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitc
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (const cudaError_t err = refuse_during_capture()) return err;
   if (bytes == 0) return cudaSuccess;
   if (!dst) return record(cudaErrorInvalidValue);
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) { return cudaMemset(dst, value, bytes); }
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  if (capturing(stream)) {
+    stream->capture->work.push_back([=] { std::memset(dst, value, bytes); });
+    return cudaSuccess;
+  }
+  return cudaMemset(dst, value, bytes);
+}
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return refuse_during_capture(); }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaGetDevice(int* device) {
   if (!device) return record(cudaErrorInvalidValue);
@@ -218,9 +292,72 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (capturing(stream) || stream == nullptr) return refuse_during_capture();
+  return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (stream == nullptr) return record(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot capture
+  if (mode < cudaStreamCaptureModeGlobal || mode > cudaStreamCaptureModeRelaxed) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  if (stream->capture != nullptr) return record(cudaErrorIllegalState);
+  stream->capture = new CUgraph_st;
+  stream->invalidated = false;
+  g_capturing.push_back(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (!graph) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  if (stream == nullptr || stream->capture == nullptr) return record(cudaErrorIllegalState);
+  g_capturing.erase(std::find(g_capturing.begin(), g_capturing.end(), stream));
+  CUgraph_st* captured = std::exchange(stream->capture, nullptr);
+  if (stream->invalidated) {
+    delete captured;
+    *graph = nullptr;
+    return record(cudaErrorStreamCaptureInvalidated);
+  }
+  *graph = captured;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (!status) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  if (stream == nullptr || stream->capture == nullptr) {
+    *status = cudaStreamCaptureStatusNone;
+  } else {
+    *status = stream->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!exec || !graph) return record(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->work};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (!exec) return record(cudaErrorInvalidValue);
+  if (capturing(stream)) {  // a graph launched into a capture becomes part of it
+    stream->capture->work.insert(stream->capture->work.end(), exec->work.begin(), exec->work.end());
+    return cudaSuccess;
+  }
+  if (stream == nullptr) {
+    if (const cudaError_t err = refuse_during_capture()) return err;
+  }
+  for (const auto& work : exec->work) work();  // a kernel's error is thrown, as from a launch
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }

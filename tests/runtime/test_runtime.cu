@@ -533,6 +533,67 @@ TEST(Numbers, Fp8E4m3SaturatesAndRounds) {
 }
 
 // ---------------------------------------------------------------- error reports (CPU only)
+// ---------------------------------------------------------------- CUDA graphs
+
+__global__ void add_kernel(int* x /* [n] */, int n, int v) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += v;
+}
+
+// Work given to a capturing stream runs only when the graph is launched, in
+// stream order, with the arguments it was captured with; every launch replays it.
+TEST(Graph, CaptureRecordsAndReplaysInOrder) {
+  constexpr int n = 300;
+  DeviceArray<int> x(n);
+  cudaStream_t stream;
+  PA_CHECK(cudaStreamCreate(&stream));
+  PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cudaStreamCaptureStatus status;
+  PA_CHECK(cudaStreamIsCapturing(stream, &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  PA_CHECK(cudaMemsetAsync(x.ptr, 0, n * sizeof(int), stream));
+  pa::launch(add_kernel, dim3(3), dim3(128), 0, stream, x.ptr, n, 5);
+  pa::launch(add_kernel, dim3(3), dim3(128), 0, stream, x.ptr, n, 2);
+  cudaGraph_t graph;
+  PA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  PA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+#if !defined(__CUDACC__)
+  EXPECT_EQ(x.download(), std::vector<int>(n, 0)) << "captured work must not run before the graph is launched";
+#endif
+  for (int replay = 0; replay < 2; ++replay) {
+    PA_CHECK(cudaGraphLaunch(exec, stream));
+    PA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(x.download(), std::vector<int>(n, 7)) << "replay " << replay;
+  }
+  PA_CHECK(cudaGraphExecDestroy(exec));
+  PA_CHECK(cudaGraphDestroy(graph));
+  PA_CHECK(cudaStreamDestroy(stream));
+}
+
+// As on a GPU in the global capture mode: an allocation or a synchronous copy
+// inside a capture fails and invalidates it, so code meant for graphs is
+// checked on the CPU too.
+TEST(Graph, AllocationOrSyncCopyInvalidatesTheCapture) {
+  for (int which = 0; which < 2; ++which) {
+    DeviceArray<int> x(4);
+    cudaStream_t stream;
+    PA_CHECK(cudaStreamCreate(&stream));
+    PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    int host[4] = {};
+    void* extra = nullptr;
+    const cudaError_t err = which == 0 ? cudaMalloc(&extra, 64)
+                                       : cudaMemcpy(host, x.ptr, sizeof(host), cudaMemcpyDeviceToHost);
+    EXPECT_NE(err, cudaSuccess) << (which == 0 ? "cudaMalloc" : "cudaMemcpy") << " inside a capture";
+    cudaGraph_t graph = nullptr;
+    EXPECT_NE(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    EXPECT_EQ(graph, nullptr);
+    (void)cudaGetLastError();
+    if (extra) cudaFree(extra);
+    PA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
 #if !defined(__CUDACC__)
 
 template <class F>

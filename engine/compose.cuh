@@ -1,0 +1,108 @@
+// How the engine composes the stages' policies for one tile family (a cache
+// format's tiles) and one Slice adapter (learned sinks or none): the mask from
+// the plan's window and sink tokens, then the plan's path. Every piece is the
+// stage's own (stage 03's whole tiles, stage 04's splits and merge, stage 04's
+// batch-invariant mode, stage 06's window, stage 08's sinks); what lives here
+// is only which of them meet, and the workspace they write to.
+#pragma once
+
+#include <type_traits>
+
+#include "compose.h"
+#include "solutions/03_gqa_packing/gqa_packing.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/04_split_kv/split_kv_invariant.cuh"
+#include "solutions/06_sliding_window/sliding_window.cuh"
+#include "solutions/08_attention_sinks/attention_sinks.cuh"
+
+namespace pa::engine::detail {
+namespace {
+
+// The plan's partials as stage 04's Splits (one split without the invariant
+// mode writes the final rows itself: no partials).
+inline stage04::Splits plan_splits(const Launch& l, int num_splits, int keys_per_split) {
+  const bool partials = l.plan.part_o_floats > 0;
+  return stage04::Splits{partials ? l.part_o : nullptr, partials ? l.part_lse : nullptr, num_splits, keys_per_split};
+}
+
+// Stage 08's split layout for decodes with sink tokens: split 0 the sink
+// tokens, splits 1.. the window.
+inline stage08::SinkTokenSplits sink_token_splits(const Launch& l, const stage03::Packing& pk) {
+  stage08::SinkTokenSplits s;
+  static_cast<stage04::Splits&>(s) = plan_splits(l, l.plan.num_splits, l.plan.keys_per_split);
+  s.sink_tokens = l.p.sink_tokens;
+  s.window = l.p.window;
+  s.block_shift = pk.block_shift;
+  return s;
+}
+
+template <class Tiles, class Mask, class Adapt>
+void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
+  const AttentionParams& p = l.p;
+  constexpr bool SINK_TOKENS = std::is_same_v<Mask, stage08::WindowWithSinkTokens>;
+  switch (l.plan.path) {
+    case Path::whole_tiles:
+      stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+        stage03::dispatch_whole_context<HEAD_DIM, Tiles, Mask>(p, pk, l.stream, adapt);
+      });
+      return;
+    case Path::splits: {
+      const stage04::Splits part = plan_splits(l, l.plan.num_splits, l.plan.keys_per_split);
+      stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+        stage04::launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, l.stream, adapt);
+      });
+      return;
+    }
+    case Path::sink_token_splits:
+      if constexpr (SINK_TOKENS) {
+        const auto slice = adapt(sink_token_splits(l, pk));
+        const stage04::Splits part = slice;
+        stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+          stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+            Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(
+                p, pk, slice, dim3(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests), l.stream);
+          });
+          launch_dependent(stage04::merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads),
+                           dim3(stage04::MERGE_THREADS), 0, l.stream, p, part);
+        });
+      }
+      return;
+    case Path::invariant:
+      stage04::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);
+      if constexpr (SINK_TOKENS) {
+        stage08::SinkTokenSplits s = sink_token_splits(l, pk);
+        s.keys_per_split = stage04::INVARIANT_KEYS_PER_SPLIT;
+        stage04::launch_invariant_splits<Tiles, Mask>(p, pk, s, l.stream, adapt);
+      } else {
+        stage04::launch_invariant_splits<Tiles, Mask>(
+            p, pk, plan_splits(l, l.plan.num_splits, stage04::INVARIANT_KEYS_PER_SPLIT), l.stream, adapt);
+      }
+      return;
+  }
+}
+
+// The mask: none (causal), stage 06's window, or stage 08's window with sink tokens.
+template <class Tiles, class Adapt>
+void run_tiles(const Launch& l, const Adapt& adapt) {
+  const stage03::Packing pk = stage03::checked_packing(l.p, "engine");
+  if (l.p.window == 0) {
+    run_path<Tiles, stage03::CausalMask>(l, pk, adapt);
+  } else if (l.p.sink_tokens == 0) {
+    run_path<Tiles, stage06::SlidingWindow>(l, pk, adapt);
+  } else {
+    run_path<Tiles, stage08::WindowWithSinkTokens>(l, pk, adapt);
+  }
+}
+
+template <class Tiles>
+void run_plain(const Launch& l) {
+  run_tiles<Tiles>(l, stage03::SameSlice{});
+}
+
+template <class Tiles>
+void run_with_sinks(const Launch& l) {
+  run_tiles<Tiles>(l, stage08::AddSinks{l.p.sinks});
+}
+
+}  // namespace
+}  // namespace pa::engine::detail

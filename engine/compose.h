@@ -1,0 +1,28 @@
+// The engine's internal seam: what plan.cu hands to the translation unit of one
+// (cache format, learned sinks) pair. Each pair is its own .cu file
+// (run_<format>[_sinks].cu), so the lattice compiles in parallel and an edit to
+// one stage rebuilds only the units that include it.
+#pragma once
+
+#include "common/attention_params.h"
+#include "common/check.h"
+#include "engine.h"
+
+namespace pa::engine::detail {
+
+struct Launch {
+  const Plan& plan;
+  AttentionParams p;  // the batch with the plan's bounds as its host-side sizes
+  float* part_o;      // [plan.num_splits, rows, Hq, D]  the workspace's partials, or null
+  float* part_lse;    // [plan.num_splits, rows, Hq]
+  cudaStream_t stream;
+};
+
+void run_bf16(const Launch& l);
+void run_bf16_sinks(const Launch& l);
+void run_int8(const Launch& l);
+void run_int8_sinks(const Launch& l);
+void run_fp8(const Launch& l);
+void run_fp8_sinks(const Launch& l);
+
+}  // namespace pa::engine::detail

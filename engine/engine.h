@@ -1,0 +1,99 @@
+// The engine: the one place where the stages' pieces meet. A stage's forward
+// runs its own idea; the engine composes every cache format (stage 05) with
+// every mask (stage 06's window, stage 08's sink tokens), learned sinks (stage
+// 08), whole query tiles (stage 03) and split-KV (stage 04), on the fastest tile
+// family of each format (bf16: stage 04's two-warp decode tile, going further).
+//
+// Its interface has FlashInfer's plan/run shape, which is what a serving engine
+// embeds:
+//   plan()           once per batch shape (the bounds a step's batch stays
+//                    within), on the host: validates the shape, picks the path
+//                    and the split count, sizes the workspace. No device work.
+//   workspace_bytes  the caller allocates that much device memory, once, and
+//                    owns it (one workspace per stream that runs at a time).
+//   run()            once per layer and step: launches only. No allocation, no
+//                    host synchronisation, no thread-local state, so a step can
+//                    be captured in a CUDA graph and replayed while contexts
+//                    grow inside the plan's bounds (tests/test_engine.cpp does).
+// Checked launches (AttentionParams::checked) are the one exception: they copy
+// a verdict back to the host, so a checked run synchronises and cannot be
+// captured.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/attention_params.h"
+
+namespace pa::engine {
+
+// The batches a plan serves. The grids are sized from these, so a plan made for
+// a bound runs every batch inside it, and a graph captured from it stays valid
+// while the contexts grow up to max_seq_len.
+struct Bounds {
+  int num_requests = 0;      // exactly the batch's (the grids' z dimension)
+  int num_tokens = 0;        // exactly the batch's rows of q and out, padding rows included
+  int max_query_len = 0;     // >= every request's q_len
+  int max_seq_len = 0;       // >= every request's seq_len
+  bool decode_only = false;  // every q_len <= 1
+};
+
+// The tightest bounds of a batch (its own host-side sizes).
+Bounds bounds_of(const BatchView& batch);
+
+// How a plan runs the batch.
+enum class Path : uint8_t {
+  whole_tiles,        // stage 03: one program per (query tile, KV head, request) over its whole context
+  splits,             // stage 04: decodes, each context cut into splits, then the merge
+  sink_token_splits,  // stage 08: decodes with sink tokens, split 0 the sink tokens, then the window's splits
+  invariant,          // stage 04's batch-invariant mode: fixed-size splits for decodes, 128-row tiles for the rest
+};
+const char* name(Path path);
+
+struct Options {
+  int num_splits = 0;  // 0: the engine decides (stage 04's rule); 1..64 forces that many splits (decode batches)
+  int num_sms = 0;     // 0: the current device's SM count
+};
+
+// Made by plan(), read by run(). Plain data: copy it, keep it beside the workspace.
+struct Plan {
+  // The layer shape it was made for; run() refuses any other.
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  KvFormat format = KvFormat::bf16;
+  int window = 0;        // 0 = none
+  int sink_tokens = 0;   // 0 = none (also when there is no window: they change nothing then)
+  bool sinks = false;    // learned sink logits
+  bool batch_invariant = false;
+  Bounds bounds;
+
+  Path path = Path::whole_tiles;
+  int num_splits = 1;       // split programs per (KV head, request), the sink tokens' split included
+  int keys_per_split = 0;   // keys of each split after the leading one(s)
+  int span_keys = 0;        // the most keys a request reads (its context, or its window)
+  size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D]
+  size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
+  size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace
+
+  std::string describe() const;  // e.g. "splits x16 (256 keys each), int8, window 4096"
+};
+
+// Validates the layer's shape and options (p's tensors may be null; its
+// num_q_heads, kv shape and format, window, sink_tokens, sinks and
+// batch_invariant are read) and plans for `bounds`. Throws pa::Error naming what
+// it cannot serve.
+Plan plan(const AttentionParams& p, const Bounds& bounds, const Options& options = {});
+
+// One layer of one step: out (and lse when p.lse is not null) for every row,
+// padding rows exactly 0. p must have the plan's shape and a batch inside its
+// bounds; workspace: at least plan.workspace_bytes of device memory, 256-byte
+// aligned (cudaMalloc's pointers are). Throws pa::Error, before any launch, on
+// a mismatch.
+void run(const Plan& plan, const AttentionParams& p, void* workspace, size_t workspace_bytes,
+         cudaStream_t stream = nullptr);
+
+// plan() + a workspace of its own + run(), for one call: tests and one-off use,
+// not a serving loop (it allocates).
+void forward(const AttentionParams& p, cudaStream_t stream = nullptr, const Options& options = {});
+
+}  // namespace pa::engine

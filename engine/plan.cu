@@ -1,0 +1,219 @@
+// The engine's host side: plan() picks the path and sizes the workspace once
+// per batch shape; run() checks a step against its plan and hands it to the
+// translation unit of its (format, sinks) pair.
+#include <algorithm>
+#include <string>
+
+#include "common/batch_ops.h"
+#include "common/checked_launch.h"
+#include "common/device_buffer.h"
+#include "common/quant.cuh"
+#include "compose.h"
+#include "solutions/03_gqa_packing/gqa_shapes.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/04_split_kv/split_kv_invariant.cuh"
+#include "solutions/06_sliding_window/sliding_window.cuh"
+
+namespace pa::engine {
+namespace {
+
+constexpr size_t WORKSPACE_ALIGN = 256;
+size_t align_up(size_t bytes) { return (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN; }
+
+std::string str(long long v) { return std::to_string(v); }
+
+void check_bounds(const Bounds& b) {
+  PA_REQUIRE(b.num_requests >= 0 && b.num_tokens >= 0,
+             "engine::plan: bounds num_requests " + str(b.num_requests) + " and num_tokens " + str(b.num_tokens) +
+                 " must be >= 0");
+  PA_REQUIRE(b.max_query_len >= 0 && b.max_query_len <= b.num_tokens,
+             "engine::plan: bounds max_query_len " + str(b.max_query_len) + " is outside 0..num_tokens (" +
+                 str(b.num_tokens) + ")");
+  PA_REQUIRE(b.max_seq_len >= b.max_query_len,
+             "engine::plan: bounds max_seq_len " + str(b.max_seq_len) + " is below max_query_len " +
+                 str(b.max_query_len) + " (a request's queries are the last of its positions)");
+  PA_REQUIRE(!b.decode_only || b.max_query_len <= 1,
+             "engine::plan: bounds say decode_only but max_query_len is " + str(b.max_query_len));
+}
+
+// The batch as the kernels see it: the plan's bounds as the host-side sizes.
+AttentionParams bounded(const AttentionParams& p_in, const Bounds& b) {
+  AttentionParams p = p_in;
+  p.batch.num_requests = b.num_requests;
+  p.batch.num_tokens = b.num_tokens;
+  p.batch.max_query_len = b.max_query_len;
+  p.batch.max_seq_len = b.max_seq_len;
+  p.batch.decode_only = b.decode_only || b.max_query_len <= 1;
+  if (p.window == 0) p.sink_tokens = 0;  // without a window every position is visible anyway
+  return p;
+}
+
+}  // namespace
+
+Bounds bounds_of(const BatchView& batch) {
+  return Bounds{batch.num_requests, batch.num_tokens, batch.max_query_len, batch.max_seq_len, batch.decode_only};
+}
+
+const char* name(Path path) {
+  switch (path) {
+    case Path::whole_tiles: return "whole tiles";
+    case Path::splits: return "splits";
+    case Path::sink_token_splits: return "sink-token splits";
+    case Path::invariant: return "batch-invariant";
+  }
+  return "?";
+}
+
+std::string Plan::describe() const {
+  std::string s = name(path);
+  if (path != Path::whole_tiles) {
+    s += " x" + std::to_string(num_splits) + " (" + std::to_string(keys_per_split) + " keys each)";
+  }
+  s += std::string(", ") + pa::name(format);
+  if (window > 0) s += ", window " + std::to_string(window);
+  if (sink_tokens > 0) s += ", " + std::to_string(sink_tokens) + " sink tokens";
+  if (sinks) s += ", learned sinks";
+  return s;
+}
+
+Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) {
+  PA_REQUIRE(p_in.window >= 0, "engine::plan: window " + str(p_in.window) + " is negative (0 = no window)");
+  PA_REQUIRE(p_in.sink_tokens >= 0,
+             "engine::plan: sink_tokens " + str(p_in.sink_tokens) + " is negative (0 = no sink tokens)");
+  PA_REQUIRE(options.num_splits >= 0 && options.num_splits <= stage04::MAX_SPLITS,
+             "engine::plan: num_splits " + str(options.num_splits) + " is outside 0 (automatic) .. " +
+                 str(stage04::MAX_SPLITS));
+  check_bounds(b);
+  const AttentionParams p = bounded(p_in, b);
+  (void)stage03::checked_packing(p, "engine");  // heads, group, block size, head_dim
+
+  Plan pl;
+  pl.num_q_heads = p.num_q_heads;
+  pl.num_kv_heads = p.kv.num_kv_heads;
+  pl.head_dim = p.kv.head_dim;
+  pl.block_size = p.kv.block_size;
+  pl.format = p.kv.format;
+  pl.window = p.window;
+  pl.sink_tokens = p.sink_tokens;
+  pl.sinks = p.sinks != nullptr;
+  pl.batch_invariant = p.batch_invariant;
+  pl.bounds = b;
+  pl.bounds.decode_only = p.batch.decode_only;
+  pl.span_keys = p.window > 0 ? stage06::span_keys(p) : p.batch.max_seq_len;
+
+  const bool decode = p.batch.decode_only;
+  const int block = p.kv.block_size;
+  PA_REQUIRE(options.num_splits == 0 || decode,
+             "engine::plan: num_splits " + str(options.num_splits) +
+                 " forces split-KV, which serves decode-only batches; these bounds allow queries of " +
+                 str(b.max_query_len) + " tokens");
+  auto split_plan = [&] {
+    const int num_sms = options.num_sms > 0 ? options.num_sms : stage04::sm_count();
+    const stage04::SplitPlan sp = options.num_splits == 0
+                                      ? stage04::plan_rule(p, num_sms, pl.span_keys)
+                                      : stage04::plan_fixed_rule(pl.span_keys, block, options.num_splits);
+    stage04::check_plan(sp, pl.span_keys, block);
+    return sp;
+  };
+
+  size_t rows = static_cast<size_t>(b.num_tokens);  // partial rows per split: by token, or by request
+  if (p.batch_invariant) {
+    PA_REQUIRE(options.num_splits == 0, "engine::plan: batch-invariant mode cuts every context into splits of " +
+                                            str(stage04::INVARIANT_KEYS_PER_SPLIT) +
+                                            " keys whatever the batch; num_splits must be 0 (automatic)");
+    pl.path = Path::invariant;
+    pl.num_splits = (p.sink_tokens > 0 ? 1 : 0) + stage04::invariant_plan(pl.span_keys, block).num_splits;
+    pl.keys_per_split = stage04::INVARIANT_KEYS_PER_SPLIT;
+    rows = static_cast<size_t>(b.num_requests);
+  } else if (decode && p.sink_tokens > 0) {
+    const stage04::SplitPlan sp = split_plan();
+    pl.path = Path::sink_token_splits;
+    pl.num_splits = sp.num_splits + 1;
+    pl.keys_per_split = sp.blocks_per_split * block;
+  } else if (decode) {
+    const stage04::SplitPlan sp = split_plan();
+    pl.path = sp.num_splits > 1 || options.num_splits > 0 ? Path::splits : Path::whole_tiles;
+    pl.num_splits = sp.num_splits;
+    pl.keys_per_split = sp.blocks_per_split * block;
+  } else {
+    pl.path = Path::whole_tiles;
+  }
+  if (pl.path == Path::whole_tiles) {
+    pl.num_splits = 1;
+    pl.keys_per_split = 0;
+  }
+  const bool partials = pl.path == Path::invariant || pl.num_splits > 1;
+  if (partials) {
+    pl.part_lse_floats = static_cast<size_t>(pl.num_splits) * rows * p.num_q_heads;
+    pl.part_o_floats = pl.part_lse_floats * p.kv.head_dim;
+    pl.workspace_bytes = align_up(pl.part_o_floats * sizeof(float)) + align_up(pl.part_lse_floats * sizeof(float));
+  }
+  return pl;
+}
+
+void run(const Plan& pl, const AttentionParams& p_in, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const std::string who = "engine::run: ";
+  auto same = [&](long long plan_value, long long value, const char* field) {
+    PA_REQUIRE(plan_value == value, who + field + " is " + str(value) + ", the plan was made for " + str(plan_value));
+  };
+  same(pl.num_q_heads, p_in.num_q_heads, "num_q_heads");
+  same(pl.num_kv_heads, p_in.kv.num_kv_heads, "kv.num_kv_heads");
+  same(pl.head_dim, p_in.kv.head_dim, "kv.head_dim");
+  same(pl.block_size, p_in.kv.block_size, "kv.block_size");
+  same(static_cast<int>(pl.format), static_cast<int>(p_in.kv.format), "kv.format");
+  same(pl.window, p_in.window, "window");
+  same(pl.sink_tokens, p_in.window == 0 ? 0 : p_in.sink_tokens, "sink_tokens");
+  same(pl.sinks, p_in.sinks != nullptr, "sinks (0 = null)");
+  same(pl.batch_invariant, p_in.batch_invariant, "batch_invariant");
+  const Bounds& b = pl.bounds;
+  const BatchView& batch = p_in.batch;
+  same(b.num_requests, batch.num_requests, "batch.num_requests");
+  same(b.num_tokens, batch.num_tokens, "batch.num_tokens");
+  PA_REQUIRE(batch.max_query_len >= 0 && batch.max_query_len <= b.max_query_len,
+             who + "batch.max_query_len " + str(batch.max_query_len) + " is outside the plan's bounds 0.." +
+                 str(b.max_query_len));
+  PA_REQUIRE(batch.max_seq_len >= 0 && batch.max_seq_len <= b.max_seq_len,
+             who + "batch.max_seq_len " + str(batch.max_seq_len) + " is outside the plan's bounds 0.." +
+                 str(b.max_seq_len) + ": plan again for longer contexts");
+  PA_REQUIRE(batch.first_padding_row >= 0 && batch.first_padding_row <= batch.num_tokens,
+             who + "batch.first_padding_row " + str(batch.first_padding_row) + " is outside 0..num_tokens (" +
+                 str(batch.num_tokens) + ")");
+  if (b.num_tokens > 0) PA_REQUIRE(p_in.q && p_in.out, who + "q and out must not be null");
+  if (b.num_requests > 0) {
+    PA_REQUIRE(batch.query_start_loc && batch.seq_lens && batch.block_table,
+               who + "batch.query_start_loc, seq_lens and block_table must not be null");
+    if (is_quantized(pl.format)) {
+      PA_REQUIRE(p_in.kv.k_codes && p_in.kv.v_codes && p_in.kv.k_scale && p_in.kv.v_scale,
+                 who + "a " + pa::name(pl.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+    } else {
+      PA_REQUIRE(p_in.kv.k_cache && p_in.kv.v_cache, who + "a bf16 cache needs k_cache and v_cache");
+    }
+  }
+  PA_REQUIRE(workspace_bytes >= pl.workspace_bytes && (pl.workspace_bytes == 0 || workspace != nullptr),
+             who + "the plan needs a workspace of " + str(static_cast<long long>(pl.workspace_bytes)) +
+                 " bytes, got " + str(static_cast<long long>(workspace_bytes)) + (workspace ? "" : " (null)"));
+  PA_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, who + "the workspace must be 16-byte aligned");
+
+  const AttentionParams p = bounded(p_in, b);
+  if (p.checked) check_device_batch(p, "engine", stream);
+  float* part_o = static_cast<float*>(workspace);
+  float* part_lse = pl.part_o_floats > 0
+                        ? reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                                   align_up(pl.part_o_floats * sizeof(float)))
+                        : nullptr;
+  const detail::Launch l{pl, p, part_o, part_lse, stream};
+  switch (pl.format) {
+    case KvFormat::bf16: pl.sinks ? detail::run_bf16_sinks(l) : detail::run_bf16(l); break;
+    case KvFormat::int8: pl.sinks ? detail::run_int8_sinks(l) : detail::run_int8(l); break;
+    case KvFormat::fp8_e4m3: pl.sinks ? detail::run_fp8_sinks(l) : detail::run_fp8(l); break;
+  }
+  clear_padding_rows(p, stream);
+}
+
+void forward(const AttentionParams& p, cudaStream_t stream, const Options& options) {
+  const Plan pl = plan(p, bounds_of(p.batch), options);
+  DeviceBuffer<unsigned char> workspace(pl.workspace_bytes);
+  run(pl, p, workspace.data(), pl.workspace_bytes, stream);
+}
+
+}  // namespace pa::engine

@@ -1,0 +1,7 @@
+// The engine's lattice for fp8 (e4m3) caches: stage 05's 8-bit tiles, with learned sinks.
+#include "compose.cuh"
+#include "solutions/05_quantized_kv/quantized_tile.cuh"
+
+namespace pa::engine::detail {
+void run_fp8_sinks(const Launch& l) { run_with_sinks<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(l); }
+}  // namespace pa::engine::detail

@@ -1,0 +1,306 @@
+// The engine (engine/engine.h): every cache format x mask x sinks x path that
+// the stages compose, behind one plan/run API.
+//  - Against the fp64 oracle (8-bit caches: on the dequantized cache), for each
+//    format on the stages' shared cases, with windows, sink tokens, learned
+//    sinks, forced split counts and batch-invariant mode.
+//  - The plan: bounds looser than the batch serve it; a step outside them, a
+//    layer of another shape or a short workspace are refused before any launch.
+//  - A CUDA graph: one decode step (the cache write and the attention) captured
+//    once and replayed while every context grows inside the plan's bounds, each
+//    replay against the oracle. On the CPU runtime the capture is its stream
+//    emulation, which also refuses any allocation or synchronisation inside it.
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/batch_ops.h"
+#include "engine/engine.h"
+#include "tests/harness.h"
+
+namespace pa::test {
+namespace {
+
+struct EngineCase {
+  Case c;
+  int num_splits = kAuto;
+  bool batch_invariant = false;
+};
+
+std::string engine_case_name(const testing::TestParamInfo<EngineCase>& info) { return info.param.c.name; }
+void PrintTo(const EngineCase& k, std::ostream* os) {
+  *os << k.c.name << " (" << k.c.cfg.describe() << ", num_splits " << k.num_splits
+      << (k.batch_invariant ? ", batch-invariant" : "") << ")";
+}
+
+AttentionConfig with(AttentionConfig c, KvFormat f, int window = 0, int sink_tokens = 0, bool sinks = false) {
+  c.kv_format = f;
+  c.window = window;
+  c.sink_tokens = sink_tokens;
+  c.with_sinks = sinks;
+  return c;
+}
+
+const char* prefix(KvFormat f) { return f == KvFormat::bf16 ? "Bf16_" : f == KvFormat::int8 ? "Int8_" : "Fp8_"; }
+
+std::vector<EngineCase> engine_cases() {
+  std::vector<EngineCase> cases;
+  for (KvFormat f : {KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+    const std::string n = prefix(f);
+    // The cases every attention stage faces, on the engine's automatic plan.
+    for (const Case& c : basic_cases()) cases.push_back({{n + c.name, with(c.cfg, f), c.requests, c.opt}});
+    const AttentionConfig g4 = config(8, 2, 128, 16);
+    // Decodes through the splits and the merge, and the whole decode tile.
+    for (int s : {1, 3, 8}) {
+      cases.push_back({{n + "Decodes_Group4_D128_Splits" + std::to_string(s), with(g4, f), ragged_decodes()}, s});
+    }
+    cases.push_back({{n + "Decodes_Group3_D64_Block1_Splits5", with(config(6, 2, 64, 1), f), ragged_decodes()}, 5});
+    cases.push_back({{n + "Decodes_Group16_D96_Splits3", with(config(32, 2, 96, 16), f), ragged_decodes()}, 3});
+    // Windows (stage 06), learned sinks and sink tokens (stage 08), on tiles and splits.
+    cases.push_back({{n + "Window20_Milestone", with(g4, f, 20), milestone_requests()}});
+    cases.push_back({{n + "Window40_Decodes_Splits3", with(g4, f, 40), ragged_decodes()}, 3});
+    cases.push_back({{n + "Sinks_Milestone", with(g4, f, 0, 0, true), milestone_requests()}});
+    cases.push_back({{n + "Sinks_Decodes_Splits3", with(g4, f, 0, 0, true), ragged_decodes()}, 3});
+    cases.push_back({{n + "Sinks_SinkTokens4_Window16_Decodes_Splits3", with(config(8, 2, 64, 16), f, 16, 4, true),
+                      {{1, 10}, {1, 16}, {1, 17}, {1, 31}, {1, 200}}},
+                     3});
+    cases.push_back({{n + "SinkTokens4_Window16_Decodes_Auto", with(config(8, 2, 64, 16), f, 16, 4),
+                      {{1, 3}, {1, 20}, {1, 21}, {1, 300}}}});
+    cases.push_back({{n + "Sinks_SinkTokens4_Window17_Prefill", with(config(8, 2, 64, 16), f, 17, 4, true),
+                      {{5, 57}, {24, 107}, {37, 37}, {1, 20}, {0, 0}}}});
+    cases.push_back({{n + "SinkTokens4_NoWindow_Milestone", with(g4, f, 0, 4), milestone_requests()}});
+    // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
+    cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
+    cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
+                      BuildOptions{.seed = 3, .padding_rows = 2}},
+                     kAuto,
+                     true});
+    cases.push_back({{n + "Invariant_SinkTokens4_Window16_Decodes", with(config(8, 2, 64, 16), f, 16, 4, true),
+                      {{1, 10}, {1, 17}, {1, 300}}},
+                     kAuto,
+                     true});
+  }
+  return cases;
+}
+
+class Engine : public testing::TestWithParam<EngineCase> {};
+
+TEST_P(Engine, MatchesOracle) {
+  const EngineCase& k = GetParam();
+  const Problem p = make_problem(k.c.cfg, k.c.requests, k.c.opt);
+  DeviceBatch db(p);
+  db.set_batch_invariant(k.batch_invariant);
+  engine::forward(db.params(), nullptr, engine::Options{.num_splits = k.num_splits});
+  expect_device_matches_oracle(p, db, "case " + k.c.name, reference_attention(p));
+  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, "case " + k.c.name + ": ");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Engine, testing::ValuesIn(engine_cases()), engine_case_name);
+
+// ---- the plan --------------------------------------------------------------------
+
+engine::Plan plan_for(const DeviceBatch& db, engine::Bounds b, int num_splits = kAuto) {
+  return engine::plan(db.params(), b, engine::Options{.num_splits = num_splits});
+}
+
+// One plan for bounds far above the batch (4x the context, queries up to 64)
+// serves it: the grids are sized from the bounds, the kernels stop at each
+// request's own lengths.
+TEST(EnginePlan, LooseBoundsServeTheBatch) {
+  for (KvFormat f : {KvFormat::bf16, KvFormat::int8}) {
+    const Problem p = make_problem(with(config(8, 2, 64, 16), f, 0, 0, true), milestone_requests());
+    DeviceBatch db(p);
+    engine::Bounds b = engine::bounds_of(db.params().batch);
+    b.max_query_len = b.num_tokens;  // no request could have more
+    b.max_seq_len *= 4;
+    const engine::Plan pl = plan_for(db, b);
+    DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
+    engine::run(pl, db.params(), ws.data(), pl.workspace_bytes);
+    expect_device_matches_oracle(p, db, std::string(prefix(f)) + "milestone under loose bounds", reference_attention(p));
+  }
+}
+
+TEST(EnginePlan, DecodeBoundsSplitAndSizeTheWorkspace) {
+  const Problem p = make_problem(config(8, 2, 128, 16), ragged_decodes());
+  DeviceBatch db(p);
+  const engine::Plan pl = plan_for(db, engine::bounds_of(db.params().batch), 5);
+  EXPECT_EQ(pl.path, engine::Path::splits) << pl.describe();
+  EXPECT_EQ(pl.num_splits, 5);
+  // Partials: 5 splits x num_tokens rows x 8 heads x 128 dims, and one lse per (split, row, head).
+  EXPECT_EQ(pl.part_lse_floats, size_t{5} * p.meta.num_tokens * 8);
+  EXPECT_EQ(pl.part_o_floats, pl.part_lse_floats * 128);
+  EXPECT_GE(pl.workspace_bytes, (pl.part_o_floats + pl.part_lse_floats) * sizeof(float));
+  // A plan that needs no partials asks for no workspace, and runs with none.
+  const Problem m = make_problem(config(8, 2, 128, 16), milestone_requests());
+  DeviceBatch dm(m);
+  const engine::Plan whole = plan_for(dm, engine::bounds_of(dm.params().batch));
+  EXPECT_EQ(whole.path, engine::Path::whole_tiles) << whole.describe();
+  EXPECT_EQ(whole.workspace_bytes, 0u);
+  engine::run(whole, dm.params(), nullptr, 0);
+  expect_device_matches_oracle(m, dm, "milestone with no workspace", reference_attention(m));
+}
+
+TEST(EnginePlan, RefusesWhatItWasNotMadeFor) {
+  const Problem p = make_problem(config(8, 2, 64, 16), ragged_decodes());
+  DeviceBatch db(p);
+  const engine::Plan pl = plan_for(db, engine::bounds_of(db.params().batch), 3);
+  DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
+  auto run_with = [&](AttentionParams q, size_t bytes) { engine::run(pl, q, ws.data(), bytes); };
+  AttentionParams longer = db.params();
+  longer.batch.max_seq_len += 1;
+  expect_error([&] { run_with(longer, pl.workspace_bytes); }, "plan again for longer contexts");
+  AttentionParams prefill = db.params();
+  prefill.batch.max_query_len = 2;
+  expect_error([&] { run_with(prefill, pl.workspace_bytes); }, "max_query_len 2 is outside the plan's bounds");
+  AttentionParams windowed = db.params();
+  windowed.window = 8;
+  expect_error([&] { run_with(windowed, pl.workspace_bytes); }, "window is 8, the plan was made for 0");
+  AttentionParams int8 = db.params();
+  int8.kv.format = KvFormat::int8;
+  expect_error([&] { run_with(int8, pl.workspace_bytes); }, "kv.format");
+  expect_error([&] { run_with(db.params(), pl.workspace_bytes - 1); }, "needs a workspace of");
+  AttentionParams more = db.params();
+  more.batch.num_requests -= 1;
+  expect_error([&] { run_with(more, pl.workspace_bytes); }, "batch.num_requests");
+}
+
+TEST(EnginePlan, RefusesBadOptionsAndBounds) {
+  const Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
+  DeviceBatch db(p);
+  const engine::Bounds b = engine::bounds_of(db.params().batch);
+  expect_error([&] { plan_for(db, b, 3); }, "serves decode-only batches");
+  expect_error([&] { plan_for(db, b, 65); }, "num_splits 65 is outside");
+  engine::Bounds bad = b;
+  bad.max_seq_len = b.max_query_len - 1;
+  expect_error([&] { plan_for(db, bad); }, "below max_query_len");
+  AttentionParams zero_heads = db.params();
+  zero_heads.kv.num_kv_heads = 0;
+  expect_error([&] { engine::plan(zero_heads, b); }, "multiple of num_kv_heads");
+  const Problem d = make_problem(config(8, 2, 64, 16), ragged_decodes());
+  DeviceBatch dd(d);
+  AttentionParams dinv = dd.params();
+  dinv.batch_invariant = true;
+  expect_error([&] { engine::plan(dinv, engine::bounds_of(dinv.batch), engine::Options{.num_splits = 2}); },
+               "num_splits must be 0");
+}
+
+// ---- a decode step in a CUDA graph -----------------------------------------------
+
+// `full` with every request's context cut to lens[r] (its decode at position
+// lens[r] - 1): the same queries, new K/V and tables; the cache as the device
+// holds it after the previous steps wrote their tokens.
+Problem at_lengths(const Problem& full, const std::vector<int>& lens) {
+  Problem p = full;
+  BatchMeta& m = p.meta;
+  const int bs = p.cfg.block_size;
+  m.max_seq_len = 0;
+  for (int r = 0; r < m.num_requests(); ++r) {
+    m.seq_lens[r] = lens[r];
+    m.max_seq_len = std::max(m.max_seq_len, lens[r]);
+    const int pos = lens[r] - 1;
+    m.slot_mapping[m.query_start_loc[r]] = m.block_id(r, pos, bs) * bs + pos % bs;
+  }
+  return p;
+}
+
+// What the step's cache write leaves in the host copy: row t's new K/V at its slot.
+void write_new_tokens(Problem& p) {
+  const size_t row = static_cast<size_t>(p.cfg.num_kv_heads) * p.cfg.head_dim;
+  for (int t = 0; t < p.meta.num_tokens; ++t) {
+    const int slot = p.meta.slot_mapping[t];
+    if (slot < 0) continue;
+    std::copy_n(p.k_new.begin() + t * row, row, p.k_cache.begin() + slot * row);
+    std::copy_n(p.v_new.begin() + t * row, row, p.v_cache.begin() + slot * row);
+  }
+}
+
+void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits) {
+  // The last step's lengths; the earlier steps are shorter by `back` positions,
+  // crossing block boundaries (16) and split boundaries on the way.
+  const std::vector<int> final_lens = {300, 70, 130, 33};
+  const std::vector<int> back = {30, 17, 16, 1, 0};
+  std::vector<RequestShape> shapes;
+  for (int len : final_lens) shapes.push_back({1, len});
+  const Problem full = make_problem(cfg, shapes, BuildOptions{.seed = 21, .padding_rows = 2});
+  DeviceBatch db(full);
+  db.set_checked(false);  // a checked launch synchronises: it cannot be captured
+  const AttentionParams params = db.params();
+  const engine::Plan pl = engine::plan(params, engine::bounds_of(params.batch), engine::Options{.num_splits = num_splits});
+  DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
+  cudaStream_t stream;
+  PA_CHECK(cudaStreamCreate(&stream));
+
+  // The step: write this step's K/V through slot_mapping, then attention. The
+  // device metadata it reads (seq_lens, slot_mapping) changes between replays.
+  auto step = [&] {
+    write_kv(params.kv, db.k_new.data(), db.v_new.data(), db.slot_mapping.data(), params.batch.num_tokens, stream);
+    engine::run(pl, params, ws.data(), pl.workspace_bytes, stream);
+  };
+  // One run outside the capture first, as a serving engine warms up: on a GPU
+  // it makes the kernels' one-time shared-memory opt-ins.
+  engine::run(pl, params, ws.data(), pl.workspace_bytes, stream);
+  PA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  step();
+  PA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  PA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  Problem host = full;  // the cache as the device holds it
+  for (int b : back) {
+    std::vector<int> lens;
+    for (int len : final_lens) lens.push_back(len - b);
+    Problem now = at_lengths(host, lens);
+    db.seq_lens.upload(now.meta.seq_lens);
+    db.slot_mapping.upload(now.meta.slot_mapping);
+    db.poison_outputs();
+    PA_CHECK(cudaGraphLaunch(exec, stream));
+    PA_CHECK(cudaStreamSynchronize(stream));
+    expect_device_matches_oracle(now, db, "graph replay at contexts " + std::to_string(lens[0]) + ", " +
+                                              std::to_string(lens[1]) + ", ... (" + pl.describe() + ")",
+                                 reference_attention(now));
+    expect_padding_rows_exact_zero(now, db, "graph replay: ");
+    write_new_tokens(now);
+    host.k_cache = now.k_cache;
+    host.v_cache = now.v_cache;
+  }
+  PA_CHECK(cudaGraphExecDestroy(exec));
+  PA_CHECK(cudaGraphDestroy(graph));
+  PA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Splits3) { expect_graph_replays_match(config(8, 2, 128, 16), 3); }
+TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Auto) { expect_graph_replays_match(config(32, 8, 128, 16), kAuto); }
+TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_SinksWindow) {
+  expect_graph_replays_match(with(config(8, 2, 64, 16), KvFormat::bf16, 40, 4, true), 2);
+}
+
+// A checked launch copies its verdict to the host: inside a capture that is a
+// synchronisation, and the capture fails (on a GPU as on the CPU runtime).
+TEST(EngineGraph, CheckedRunCannotBeCaptured) {
+  const Problem p = make_problem(config(8, 2, 64, 16), ragged_decodes());
+  DeviceBatch db(p);  // checked launches on
+  const engine::Plan pl = plan_for(db, engine::bounds_of(db.params().batch), 2);
+  DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
+  cudaStream_t stream;
+  PA_CHECK(cudaStreamCreate(&stream));
+  PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  bool threw = false;
+  try {
+    engine::run(pl, db.params(), ws.data(), pl.workspace_bytes, stream);
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  EXPECT_TRUE(threw) << "a checked run synchronises; inside a capture it must fail";
+  EXPECT_NE(end, cudaSuccess) << "the capture should be invalidated by the checked run's host copy";
+  if (graph) PA_CHECK(cudaGraphDestroy(graph));
+  (void)cudaGetLastError();
+  PA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace pa::test
