@@ -277,9 +277,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("l2_flush", bench::L2Flush::mode_name(bench::L2Flush::dirty_from_env()));
     for (const BenchCase& c : cases()) {
       for (const Backend& b : bench::backends()) {
-        // Planned backends (stage 07) exist for shared prefixes, which these
-        // cases lack: bench_cascade measures them.
-        if (b.prepare) continue;
+        // Stage 07 exists for shared prefixes, which these cases lack:
+        // bench_cascade measures it.
+        if (b.for_shared_prefixes) continue;
         if (!not_compared(b, c).empty()) continue;
         benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
                                      [&b, c](benchmark::State& st) { run_case(st, b, c); })

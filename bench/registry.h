@@ -31,6 +31,9 @@ struct Backend {
   // step is forward alone.
   using Step = std::function<void()>;
   std::function<Step(const Problem&, DeviceBatch&, const std::vector<PrefixGroup>&)> prepare = nullptr;
+  // Exists for batches with shared prefixes (stage 07): suites without them
+  // (bench_attention) leave it out; bench_cascade measures it.
+  bool for_shared_prefixes = false;
 };
 
 const std::vector<Backend>& backends();
