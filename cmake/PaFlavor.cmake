@@ -5,10 +5,17 @@
 set(PA_SOURCE_ROOT ${CMAKE_SOURCE_DIR})
 
 if(PA_GPU)
-  # sm_90a (wgmma/setmaxnreg need the "a" target) as machine code, plus compute_90
-  # PTX so other GPUs can JIT it. Override with -DCMAKE_CUDA_ARCHITECTURES=...
+  # sm_90a machine code only (wgmma, setmaxnreg and TMA need the "a" target): the
+  # H100/H200 the kernels are tuned for. PA_PORTABLE_PTX=ON adds compute_90 PTX
+  # that other GPUs can JIT, at the price of a second front-end pass over every
+  # translation unit; -DCMAKE_CUDA_ARCHITECTURES=... overrides both.
+  option(PA_PORTABLE_PTX "GPU flavor: also embed compute_90 PTX (portable, slower to build)" OFF)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual" CACHE STRING "CUDA architectures")
+    if(PA_PORTABLE_PTX)
+      set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual" CACHE STRING "CUDA architectures")
+    else()
+      set(CMAKE_CUDA_ARCHITECTURES "90a-real" CACHE STRING "CUDA architectures")
+    endif()
   endif()
   enable_language(CUDA)
   # CMake 3.25 does not know that nvcc >= 12 accepts C++20: tell it.
