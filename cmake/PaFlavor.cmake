@@ -30,6 +30,14 @@ if(PA_GPU)
   add_compile_definitions(PA_GPU_BUILD=1)
   add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>
                       $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  # nvcc's device-code optimisation of one translation unit on several threads
+  # (--split-compile): the units that instantiate many tile kernels dominate a
+  # clean build, and a learner's stage edit rebuilds exactly one of them.
+  set(PA_NVCC_SPLIT_COMPILE "8" CACHE STRING
+      "GPU flavor: nvcc --split-compile=N threads per translation unit (0 = off)")
+  if(PA_NVCC_SPLIT_COMPILE GREATER 0)
+    add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:--split-compile=${PA_NVCC_SPLIT_COMPILE}>)
+  endif()
   message(STATUS "paged-attention: GPU flavor, CUDA architectures ${CMAKE_CUDA_ARCHITECTURES}")
 else()
   set(PA_CU_LANGUAGE CXX)
