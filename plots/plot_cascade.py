@@ -30,12 +30,8 @@ import json
 import os
 import sys
 
-import matplotlib
-import numpy as np
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
+# matplotlib and numpy are imported where they are used, so that
+# plots/update_readmes.py can read the tables' rules without them.
 
 # The targets the tables are judged by.
 FLOOR_TARGET = 1.5          # main case, S = TARGET_S: 07_cascade within 1.5x of its floor's time
@@ -89,6 +85,10 @@ def grid_cells(runs):
 
 
 def plot_speedup(cells, title, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
     lines = {}
     for (shape, P, B, S), by in cells.items():
         c, p = by.get("07_cascade"), by.get("07_plain")
@@ -125,37 +125,60 @@ def plot_speedup(cells, title, path):
     return True
 
 
+def dispatch_picks(cells):
+    """Per grid cell with 07_cascade and 07_plain measured: (key, cascade, plain, auto, faster, chose, tie).
+
+    chose is None where 07_auto did not run or does not say what it chose (its cascaded_groups counter)."""
+    out = []
+    for key in sorted(cells):
+        by = cells[key]
+        c, p, a = by.get("07_cascade"), by.get("07_plain"), by.get("07_auto")
+        if not (ok(c) and ok(p)):
+            continue
+        faster = "cascade" if c["ms_median"] <= p["ms_median"] else "plain"
+        chose = None
+        if ok(a) and "cascaded_groups" in a:
+            chose = "cascade" if a["cascaded_groups"] > 0 else "plain"
+        tie = max(c["ms_median"], p["ms_median"]) / min(c["ms_median"], p["ms_median"]) <= 1 + TIE
+        out.append((key, c, p, a, faster, chose, tie))
+    return out
+
+
+def dispatch_score(cells):
+    """The cost model over the grid: (cells judged, faster picks, slower picks that are ties,
+    worst chosen path / faster path, worst 07_auto / faster path); the ratios are None when nothing was judged."""
+    judged = picked_faster = ties = 0
+    worst_chosen = worst_auto = None
+    for _, c, p, a, faster, chose, tie in dispatch_picks(cells):
+        if chose is None:
+            continue
+        best = min(c["ms_median"], p["ms_median"])
+        chosen_ms = c["ms_median"] if chose == "cascade" else p["ms_median"]
+        judged += 1
+        picked_faster += chose == faster
+        ties += tie and chose != faster
+        worst_chosen = max(worst_chosen or 0.0, chosen_ms / best)
+        worst_auto = max(worst_auto or 0.0, a["ms_median"] / best)
+    return judged, picked_faster, ties, worst_chosen, worst_auto
+
+
 def dispatch_table(cells):
     """Markdown lines: per grid cell the faster path and 07_auto's choice, then the summary."""
     out = ["| shape | P | B | S | 07_cascade ms | 07_plain ms | faster | 07_auto chose | 07_auto ms | "
            "chosen / faster | 07_auto / faster |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    judged = picked_faster = ties = 0
-    worst_chosen = worst_auto = None
-    for (shape, P, B, S) in sorted(cells):
-        by = cells[(shape, P, B, S)]
-        c, p, a = by.get("07_cascade"), by.get("07_plain"), by.get("07_auto")
-        if not (ok(c) and ok(p)):
-            continue
-        faster = "cascade" if c["ms_median"] <= p["ms_median"] else "plain"
+    for (shape, P, B, S), c, p, a, faster, chose, tie in dispatch_picks(cells):
         best = min(c["ms_median"], p["ms_median"])
-        chose = auto_ms = chosen_ratio = auto_ratio = ""
-        if ok(a) and "cascaded_groups" in a:
-            chose = "cascade" if a["cascaded_groups"] > 0 else "plain"
+        auto_ms = chosen_ratio = auto_ratio = shown = ""
+        if chose is not None:
             chosen_ms = c["ms_median"] if chose == "cascade" else p["ms_median"]
-            judged += 1
-            picked_faster += chose == faster
-            r_chosen, r_auto = chosen_ms / best, a["ms_median"] / best
-            tie = max(c["ms_median"], p["ms_median"]) / best <= 1 + TIE
-            ties += tie and chose != faster
-            worst_chosen = r_chosen if worst_chosen is None else max(worst_chosen, r_chosen)
-            worst_auto = r_auto if worst_auto is None else max(worst_auto, r_auto)
-            auto_ms, chosen_ratio, auto_ratio = f"{a['ms_median']:.4f}", f"{r_chosen:.2f}", f"{r_auto:.2f}"
-            if chose != faster:
-                chose = f"{chose} (tie)" if tie else f"**{chose}**"
+            auto_ms = f"{a['ms_median']:.4f}"
+            chosen_ratio, auto_ratio = f"{chosen_ms / best:.2f}", f"{a['ms_median'] / best:.2f}"
+            shown = chose if chose == faster else (f"{chose} (tie)" if tie else f"**{chose}**")
         out.append(f"| {shape} | {P} | {B} | {S} | {c['ms_median']:.4f} | {p['ms_median']:.4f} | {faster} | "
-                   f"{chose} | {auto_ms} | {chosen_ratio} | {auto_ratio} |")
+                   f"{shown} | {auto_ms} | {chosen_ratio} | {auto_ratio} |")
     out.append("")
+    judged, picked_faster, ties, worst_chosen, worst_auto = dispatch_score(cells)
     if judged:
         frac = picked_faster / judged
         verdict = lambda good: "met" if good else "NOT met"  # noqa: E731
@@ -183,6 +206,7 @@ def token_bytes(b):
 
 def fit_us(bs, columns):
     """Least squares of the entries' times (us) over [1, *columns(entry)]: the coefficients, the worst residual."""
+    import numpy as np
     X = np.array([[1.0, *columns(b)] for b in bs])
     y = np.array([b["ms_median"] * 1e3 for b in bs])
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
