@@ -72,14 +72,46 @@ __global__ void naive_attention_kernel(const bf16* __restrict__ q,  // [q_len, H
   if (threadIdx.x == 0) PA_TODO(3);
 }
 
-}  // namespace
-
-void forward(const AttentionParams& p, const BatchMeta& meta, Workspace& ws, cudaStream_t stream) {
+// What the kernels assume of `p` and `meta`, checked on the host before any
+// launch with the data model's own rules (common/problem.h): they divide by the
+// group size and by block_size, size the workspace and index q, the block table
+// and the cache from the head counts and head_dim, and walk `meta`'s requests
+// through `p`'s device arrays, so the two must describe the same batch.
+void validate(const AttentionParams& p, const BatchMeta& meta) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 01 implements plain causal attention: no sliding window, no sinks");
   PA_REQUIRE(p.kv.format == KvFormat::bf16 && p.kv.k_cache != nullptr && p.kv.v_cache != nullptr,
              std::string("stage 01 gathers a bf16 cache (k_cache, v_cache); this one is ") + name(p.kv.format) +
                  ": 8-bit caches are stage 05's");
+  AttentionConfig cfg;
+  cfg.num_q_heads = p.num_q_heads;
+  cfg.num_kv_heads = p.kv.num_kv_heads;
+  cfg.head_dim = p.kv.head_dim;
+  cfg.block_size = p.kv.block_size;
+  cfg.kv_format = p.kv.format;
+  try {
+    pa::validate(meta, cfg, p.kv.num_blocks);  // the shape rules first (validate_config), then the metadata
+  } catch (const Error& e) {
+    throw Error(std::string("stage 01: ") + e.what());
+  }
+  const BatchView& b = p.batch;
+  PA_REQUIRE(meta.num_requests() == b.num_requests && meta.num_tokens == b.num_tokens &&
+                 meta.max_blocks_per_seq == b.max_blocks_per_seq &&
+                 meta.query_start_loc[meta.num_requests()] == b.first_padding_row,
+             "stage 01: the host metadata (" + std::to_string(meta.num_requests()) + " requests, " +
+                 std::to_string(meta.num_tokens) + " tokens, table rows of " +
+                 std::to_string(meta.max_blocks_per_seq) + ", padding from row " +
+                 std::to_string(meta.query_start_loc[meta.num_requests()]) +
+                 ") does not describe the batch in AttentionParams (" + std::to_string(b.num_requests) +
+                 " requests, " + std::to_string(b.num_tokens) + " tokens, table rows of " +
+                 std::to_string(b.max_blocks_per_seq) + ", padding from row " + std::to_string(b.first_padding_row) +
+                 ")");
+}
+
+}  // namespace
+
+void forward(const AttentionParams& p, const BatchMeta& meta, Workspace& ws, cudaStream_t stream) {
+  validate(p, meta);
   // Each request is computed on its own, so it is batch-invariant as it stands (p.batch_invariant needs nothing).
   check_device_batch(p, "stage 01", stream);
   const int Hkv = p.kv.num_kv_heads, D = p.kv.head_dim;
