@@ -83,13 +83,17 @@ struct AttentionParams {
   float softmax_scale;  // usually 1/sqrt(head_dim)
   int window;         // sliding window in positions (key kept if q_pos - k_pos < window); 0 = none
   const float* sinks;  // [num_q_heads] one learned sink logit per query head (natural-log units, not
-                       //   multiplied by softmax_scale), or null (stage 08)
+                       //   multiplied by softmax_scale), or null (stage 08). Each is finite, or -inf
+                       //   for "no sink" on that head. NaN or +inf would give a NaN output with a
+                       //   finite or -inf lse, which an lse-based merge then drops without a trace;
+                       //   the kernels do not test for it, a checked launch (below) refuses it.
   int sink_tokens = 0;  // with a window: the first sink_tokens positions stay visible to every query
                         //   (StreamingLLM's attention sinks, stage 08); 0 = none
   // Checked launch (common/checked_launch.h): before its attention kernels the launcher validates
   // the device copy of `batch` (block ids each request reads, query starts, lengths, the host-side
-  // bounds) and throws pa::Error naming the first bad item. Costs one small kernel and a host sync
-  // per launch; off, the device metadata is trusted as it stands (a bad block id reads out of bounds).
+  // bounds) and of `sinks` (each finite or -inf) and throws pa::Error naming the first bad item.
+  // Costs one small kernel and a host sync per launch; off, the device metadata is trusted as it
+  // stands (a bad block id reads out of bounds).
   bool checked = false;
   // Batch-invariant mode (stage 04's "going further"): each request's out and lse are bitwise the
   // same whatever batch it runs in. Stages 04, 05, 06 and 08 honour it (01 and 02 are invariant

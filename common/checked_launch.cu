@@ -13,12 +13,14 @@ namespace {
 
 // A bad item is reported as one 64-bit key, (request + 1) << 32 | item, so the
 // smallest key over all threads (one atomicMin) is the first bad item in the
-// report order: the batch's own items (request -1), then request by request,
-// within a request the kinds below, then its table entries in order.
+// report order: the batch's own items (request -1, then its sinks by query
+// head), then request by request, within a request the kinds below, then its
+// table entries in order.
 enum Item : uint32_t {
   // The batch (request -1).
   kFirstStart = 0,  // query_start_loc[0] != 0
   kLastStart,       // query_start_loc[num_requests] != first_padding_row
+  kFirstSink,       // kFirstSink + h: sinks[h] is NaN or +inf
 };
 enum RequestItem : uint32_t {
   kQueryOrder = 0,   // query_start_loc[r + 1] < query_start_loc[r]
@@ -38,14 +40,28 @@ __device__ __forceinline__ unsigned long long item_key(int r, uint32_t item) {
   return (static_cast<unsigned long long>(r + 1) << 32) | item;
 }
 
-// Program r checks request r (program 0 also the batch's items): thread 0 the
-// lengths, all threads the table entries the request's seq_len makes it read.
+// A sink logit is finite, or -inf for none (AttentionParams::sinks). Written
+// with comparisons alone, which are false for NaN, so no isnan is needed.
+__device__ __forceinline__ bool valid_sink(float s) { return s == -INFINITY || fabsf(s) < INFINITY; }
+
+// Program r checks request r (program 0 also the batch's items and the sinks,
+// [num_q_heads] or null): thread 0 the lengths, all threads the table entries
+// the request's seq_len makes it read.
 __global__ void __launch_bounds__(kThreads)
-    check_batch_kernel(BatchView b, int block_size, int num_blocks, unsigned long long* first_bad) {
+    check_batch_kernel(BatchView b, int block_size, int num_blocks, const float* __restrict__ sinks,
+                       int num_q_heads, unsigned long long* first_bad) {
   const int r = blockIdx.x;
   if (r == 0 && threadIdx.x == 0) {
     if (b.query_start_loc[0] != 0) atomicMin(first_bad, item_key(-1, kFirstStart));
     if (b.query_start_loc[b.num_requests] != b.first_padding_row) atomicMin(first_bad, item_key(-1, kLastStart));
+  }
+  if (r == 0 && sinks != nullptr) {
+    for (int h = threadIdx.x; h < num_q_heads; h += kThreads) {
+      if (!valid_sink(sinks[h])) {
+        atomicMin(first_bad, item_key(-1, kFirstSink + h));
+        break;  // this thread's later heads come after it
+      }
+    }
   }
   if (r >= b.num_requests) return;
   // 64 bits: the values may be anything, and their differences must not wrap.
@@ -91,6 +107,12 @@ int read_back(const int* device_array, long long index) {
   return v;
 }
 
+float read_back(const float* device_array, long long index) {
+  float v = 0.0f;
+  PA_CHECK(cudaMemcpy(&v, device_array + index, sizeof(float), cudaMemcpyDeviceToHost));
+  return v;
+}
+
 std::string str(long long v) { return std::to_string(v); }
 
 // The message for the bad item `key`, with the values read back from the device.
@@ -101,6 +123,12 @@ std::string describe(const AttentionParams& p, unsigned long long key) {
   if (r < 0) {
     const std::string last = "query_start_loc[" + str(b.num_requests) + "]";
     if (item == kFirstStart) return "query_start_loc[0] = " + str(read_back(b.query_start_loc, 0)) + "; it must be 0";
+    if (item >= kFirstSink) {
+      const long long h = item - kFirstSink;
+      return "query head " + str(h) + ": sinks[" + str(h) + "] = " + std::to_string(read_back(p.sinks, h)) +
+             " (valid: a finite logit, or -inf for no sink; a NaN or +inf sink makes the row's output NaN "
+             "while its lse stays finite or -inf, which a merge by lse would drop)";
+    }
     return last + " = " + str(read_back(b.query_start_loc, b.num_requests)) + ", but first_padding_row is " +
            str(b.first_padding_row) + " (the rows of the requests end where the padding rows begin)";
   }
@@ -162,7 +190,7 @@ void check_device_batch(const AttentionParams& p, const char* who, cudaStream_t 
   thread_local DeviceBuffer<unsigned long long> first_bad(1);  // the smallest bad key, kNone when none
   PA_CHECK(cudaMemsetAsync(first_bad.data(), 0xFF, sizeof(unsigned long long), stream));
   launch(check_batch_kernel, dim3(std::max(1, b.num_requests)), dim3(kThreads), 0, stream, b, p.kv.block_size,
-         p.kv.num_blocks, first_bad.data());
+         p.kv.num_blocks, p.sinks, p.num_q_heads, first_bad.data());
   unsigned long long key = kNone;
   PA_CHECK(cudaMemcpyAsync(&key, first_bad.data(), sizeof(key), cudaMemcpyDeviceToHost, stream));
   PA_CHECK(cudaStreamSynchronize(stream));

@@ -15,9 +15,12 @@
 //   - q_len <= seq_lens[r] <= max_seq_len, and <= max_blocks_per_seq * block_size
 //   - block_table[r][b] in [0, num_blocks) for b in [0, ceil(seq_len / block_size))
 // and for the batch: query_start_loc[0] == 0, query_start_loc[num_requests] ==
-// first_padding_row. Its price: one launch and one host synchronisation per
-// forward (measured by bench_attention's checked cases); a stream being captured
-// into a CUDA graph cannot synchronise, so capture with checked off.
+// first_padding_row; and when p.sinks is set, sinks[h] finite or -inf for every
+// query head h (a NaN or +inf sink makes the row's output NaN while its lse
+// stays finite or -inf, so a merge by lse would drop the row silently). Its
+// price: one launch and one host synchronisation per forward (measured by
+// bench_attention's checked cases); a stream being captured into a CUDA graph
+// cannot synchronise, so capture with checked off.
 #pragma once
 
 #include "attention_params.h"

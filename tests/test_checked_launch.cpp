@@ -3,12 +3,14 @@
 // the host copy, and every stage's launcher must throw pa::Error naming the
 // first bad item, before any attention kernel runs (the poisoned outputs stay
 // NaN). On a good batch the check changes no bit of the output.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/checked_launch.h"
 #include "tests/harness.h"
 
 namespace pa::test {
@@ -239,6 +241,50 @@ TEST(CheckedLaunch, EntriesNoRequestReadsAreNotChecked) {
   DeviceBatch db_none(none);
   stage04::forward(db_none.params());
   expect_padding_rows_exact_zero(none, db_none);
+}
+
+// Learned sinks (AttentionParams::sinks) are device data the kernels take as
+// they stand: a NaN or +inf sink gave a NaN output with an lse of -inf or a
+// finite value, so a merge by lse dropped the row without a trace. A checked
+// launch refuses them, naming the first bad query head (heads 5 and 6 are bad
+// here: 5 is the one reported); -inf is "no sink" on that head and passes.
+Problem sink_batch(float sink) {
+  AttentionConfig cfg = config(8, 2, 64, 16);
+  cfg.with_sinks = true;
+  Problem p = make_problem(cfg, {{16, 40}, {1, 130}, {21, 21}, {1, 70}}, {.seed = 8, .padding_rows = 1});
+  p.sinks[5] = sink;
+  p.sinks[6] = sink;
+  return p;
+}
+
+void expect_sink_refused(float sink, const std::string& shown) {
+  const Problem p = sink_batch(sink);
+  DeviceBatch db(p);
+  expect_error([&] { stage08::forward(db.params()); },
+               "stage 08: checked launch: query head 5: sinks[5] = " + shown + " (valid: a finite logit, or -inf");
+  expect_outputs_untouched(db, "stage 08");
+  // The check itself, as every launcher calls it.
+  expect_error([&] { check_device_batch(db.params(), "caller"); }, "caller: checked launch: query head 5: sinks[5]");
+}
+
+TEST(CheckedLaunch, NanSinkIsRefusedNamingTheHead) { expect_sink_refused(NAN, "nan"); }
+
+TEST(CheckedLaunch, PlusInfSinkIsRefusedNamingTheHead) { expect_sink_refused(INFINITY, "inf"); }
+
+TEST(CheckedLaunch, MinusInfSinkPasses) {
+  const Problem p = sink_batch(-INFINITY);
+  DeviceBatch db(p);
+  ASSERT_TRUE(db.params().checked);
+  stage08::forward(db.params());
+  expect_device_matches_oracle(p, db, "stage 08", reference_attention(p));
+}
+
+// Unchecked, the kernels take the sinks as they are (no cost on the hot path).
+TEST(CheckedLaunch, SinksAreNotCheckedWhenTheLaunchIsNot) {
+  const Problem p = sink_batch(NAN);
+  DeviceBatch db(p);
+  db.set_checked(false);
+  EXPECT_NO_THROW(check_device_batch(db.params(), "caller"));
 }
 
 }  // namespace
