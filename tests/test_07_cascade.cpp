@@ -14,6 +14,7 @@
 // 8-bit caches are compared with the oracle on the dequantized cache, as in
 // stage 05.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <initializer_list>
 #include <stdexcept>
@@ -467,6 +468,110 @@ TEST(Stage07Errors, RejectsSinks) {
   // plan() accepts them (stage 08 runs the same plan with sinks); stage 07 itself refuses them.
   const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
   expect_error([&] { stage07::forward(db.params(), plan); }, "sinks");
+}
+
+// plan() validates the head configuration before it uses it: with zero KV
+// heads prefix_split_plan divided by zero (SIGFPE), and a negative head_dim
+// sized the prefix partials as 2^64 bytes ("CUDA error: out of memory").
+TEST(Stage07Errors, PlanRefusesZeroKvHeads) {
+  Shared s;
+  AttentionParams params = s.db.params();
+  params.kv.num_kv_heads = 0;
+  expect_error([&] { stage07::plan(params, s.p.meta, s.groups, kCascade); },
+               "stage 07: num_q_heads (8) must be a multiple of num_kv_heads (0)");
+}
+
+TEST(Stage07Errors, PlanRefusesNegativeHeadDim) {
+  Shared s;
+  AttentionParams params = s.db.params();
+  params.kv.head_dim = -64;
+  expect_error([&] { stage07::plan(params, s.p.meta, s.groups, kCascade); }, "stage 07: head_dim -64 is not supported");
+}
+
+TEST(Stage07Errors, PlanRefusesPartialGroup) {
+  Shared s;
+  AttentionParams params = s.db.params();
+  params.num_q_heads = 7;
+  expect_error([&] { stage07::plan(params, s.p.meta, s.groups, kCascade); },
+               "stage 07: num_q_heads (7) must be a multiple of num_kv_heads (2)");
+}
+
+// block_size 12 was taken as it stood: the 37-token prefix's 3 blocks were
+// then refused for needing 4, a message about the group instead of the cache.
+TEST(Stage07Errors, PlanRefusesBlockSizeNotAPowerOfTwo) {
+  Shared s;
+  AttentionParams params = s.db.params();
+  params.kv.block_size = 12;
+  expect_error([&] { stage07::plan(params, s.p.meta, s.groups, kCascade); },
+               "stage 07: block_size 12 is not a power of two");
+}
+
+// ceil(prefix_len / block_size) in int: (INT_MAX + 15) / 16 wrapped, and the
+// refusal said the prefix needs -134217727 blocks.
+TEST(Stage07Errors, PrefixOfIntMaxPositionsCountsItsBlocksIn64Bits) {
+  Shared s;
+  std::vector<PrefixGroup> g = s.groups;
+  g[0].prefix_len = INT_MAX;
+  expect_error_naming([&] { s.plan(g); }, {"prefix group 0", "lists 3 blocks", "needs 134217728"});
+}
+
+// Two decodes at position INT_MAX - 1, in blocks of 256: a batch the data model
+// accepts, whose table rows (2^23 entries) all name block 0 (nothing forbids a
+// table from repeating a block), so planning it needs no cache.
+struct IntMaxDecodes {
+  static constexpr int kRowEntries = 1 << 23;  // ceil(INT_MAX / 256)
+  AttentionConfig cfg = config(8, 2, 64, 256);
+  BatchMeta meta;
+  AttentionParams params{};
+
+  IntMaxDecodes() {
+    meta.query_start_loc = {0, 1, 2};
+    meta.seq_lens = {INT_MAX, INT_MAX};
+    meta.max_blocks_per_seq = kRowEntries;
+    meta.block_table.assign(2 * static_cast<size_t>(kRowEntries), 0);
+    meta.slot_mapping = {254, 254};  // position INT_MAX - 1 = 2^31 - 2: block 0, offset 254
+    meta.num_tokens = 2;
+    meta.max_query_len = 1;
+    meta.max_seq_len = INT_MAX;
+    meta.decode_only = true;
+    params.kv = PagedKV{nullptr, nullptr, /*num_blocks=*/1, cfg.block_size, cfg.num_kv_heads, cfg.head_dim};
+    params.batch = BatchView{nullptr, nullptr, nullptr, nullptr, 2, 2, 2, kRowEntries, 1, INT_MAX, true};
+    params.num_q_heads = cfg.num_q_heads;
+    params.softmax_scale = cfg.softmax_scale();
+  }
+  PrefixGroup group(int prefix_len) const { return PrefixGroup{std::vector<int>(kRowEntries, 0), prefix_len, {0, 1}}; }
+};
+
+// A prefix 10 positions short of INT_MAX: the prefix pass's split plan rounded
+// prefix_len + 63 up in int, wrapped to a negative split count and asked for
+// 2^64 bytes of partials. In 64 bits it is at most 64 splits of whole 64-key
+// tiles that cover the prefix.
+TEST(Stage07Limits, PrefixNearIntMaxIsSplitIn64Bits) {
+  const IntMaxDecodes b;
+  ASSERT_NO_THROW(validate(b.meta, b.cfg, /*num_blocks=*/1));
+  const int prefix_len = INT_MAX - 10;
+  for (const bool warpgroup : {false, true}) {
+    SCOPED_TRACE(warpgroup ? "warpgroup prefix pass" : "stage 03's tiles for the prefix");
+    const stage07::Cascade c = stage07::plan(b.params, b.meta, {b.group(prefix_len)}, kCascade, warpgroup);
+    ASSERT_EQ(c.num_groups, 1);
+    EXPECT_EQ(c.max_prefix_len, prefix_len);
+    EXPECT_GE(c.num_prefix_splits, 1);
+    EXPECT_LE(c.num_prefix_splits, 64);
+    EXPECT_EQ(c.prefix_keys_per_split % 64, 0) << c.prefix_keys_per_split;
+    EXPECT_GE(static_cast<long long>(c.num_prefix_splits) * c.prefix_keys_per_split, prefix_len);
+    EXPECT_LT(static_cast<long long>(c.num_prefix_splits - 1) * c.prefix_keys_per_split, prefix_len)
+        << "the last split must hold keys";
+    EXPECT_EQ(c.part_lse.size(), static_cast<size_t>(c.num_prefix_splits) * c.num_tokens * b.params.num_q_heads);
+  }
+}
+
+// The prefix pass places a group's queries after its prefix, so position
+// prefix_len + (the group's queries) must be an int: a prefix of INT_MAX - 1
+// with two decodes would put the second at INT_MAX + 1 (it wrapped).
+TEST(Stage07Limits, GroupWhosePrefixPassPositionsPassIntMaxIsRefused) {
+  const IntMaxDecodes b;
+  expect_error_naming([&] { stage07::plan(b.params, b.meta, {b.group(INT_MAX - 1)}, kCascade); },
+                      {"prefix group 0", "prefix_len 2147483646", "2 queries", "INT_MAX"});
 }
 
 // ---- the cost model, on an H200's 132 SMs with Qwen3-8B's shape ------------------

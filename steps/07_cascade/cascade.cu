@@ -15,6 +15,7 @@
 // the prefix pass runs, or for some decode batches on a second stream beside
 // it, then one merge kernel).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -85,15 +86,23 @@ struct PrefixSplitPlan {
   TileShape tile;
   int query_tiles, keys_per_split, num_splits;
 };
+
+// ceil(a / b) for a >= 0, b >= 1, in 64 bits: a prefix may be up to INT_MAX
+// positions long, and a + b - 1 must not wrap.
+long long ceil_div64(long long a, long long b) { return (a + b - 1) / b; }
+
 PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tokens, int prefix_len, int num_groups,
                                   int num_sms, bool warpgroup) {
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
-  const TileShape tile = warpgroup ? warpgroup_shape(group_tokens * group_pad) : tile_shape(group_tokens * group_pad);
-  const int query_tiles = ceil_div(group_tokens * group_pad, tile.rows);
-  const int tiles = query_tiles * p.kv.num_kv_heads * num_groups;
-  const int wanted = std::clamp(tile.per_sm * num_sms / std::max(1, tiles), 1, stage04::MAX_SPLITS);
-  const int keys = std::max(64, ceil_div(ceil_div(prefix_len, wanted), 64) * 64);  // whole 64-key tiles
-  return {tile, query_tiles, keys, ceil_div(prefix_len, keys)};
+  // 64 bits: tokens x padded group passes INT_MAX from 2^25 tokens. The shapes only ask whether the rows fit 16 or 64.
+  const long long rows = static_cast<long long>(group_tokens) * group_pad;
+  const int shape_rows = static_cast<int>(std::min<long long>(rows, 128));
+  const TileShape tile = warpgroup ? warpgroup_shape(shape_rows) : tile_shape(shape_rows);
+  const long long query_tiles = ceil_div64(rows, tile.rows);
+  const long long tiles = query_tiles * p.kv.num_kv_heads * num_groups;
+  const int wanted = static_cast<int>(std::clamp<long long>(tile.per_sm * num_sms / std::max(1LL, tiles), 1, stage04::MAX_SPLITS));
+  const int keys = static_cast<int>(std::max(64LL, ceil_div64(ceil_div64(prefix_len, wanted), 64) * 64));  // whole 64-key tiles
+  return {tile, static_cast<int>(query_tiles), keys, static_cast<int>(ceil_div64(prefix_len, keys))};
 }
 
 void fail(const std::string& msg) { throw Error("stage 07: " + msg); }
@@ -115,6 +124,9 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   PA_REQUIRE(p.window == 0, "stage 07: cascade with a sliding window is not supported (the prefix pass would need "
                             "each member's window); run windowed batches through stage 06");
   PA_REQUIRE(force >= -1 && force <= 1, "stage 07: force is -1 (cost model), 0 (plain) or 1 (cascade)");
+  // The head configuration, block_size and head_dim first: the cost model and
+  // the split plan divide by the group size, and the partials are sized by head_dim.
+  stage03::checked_packing(p, "07");
   const int R = meta.num_requests(), bs = p.kv.block_size;
   PA_REQUIRE(R == p.batch.num_requests && meta.num_tokens == p.batch.num_tokens,
              "stage 07: the host metadata does not describe the batch in AttentionParams");
@@ -124,8 +136,8 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     const std::string who = "prefix group " + std::to_string(g);
     if (grp.members.empty()) fail(who + " has no members");
     if (grp.prefix_len < 1) fail(who + " has prefix_len " + std::to_string(grp.prefix_len) + "; it needs >= 1");
-    const int nb = ceil_div(grp.prefix_len, bs);
-    if (static_cast<int>(grp.blocks.size()) != nb) {
+    const long long nb = ceil_div64(grp.prefix_len, bs);  // 64 bits: prefix_len may be up to INT_MAX
+    if (static_cast<long long>(grp.blocks.size()) != nb) {
       fail(who + " lists " + std::to_string(grp.blocks.size()) + " blocks; a prefix of " +
            std::to_string(grp.prefix_len) + " positions in blocks of " + std::to_string(bs) + " needs " +
            std::to_string(nb));
@@ -133,8 +145,10 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     for (int b : grp.blocks) {
       if (b < 0 || b >= p.kv.num_blocks) fail(who + ": block id " + std::to_string(b) + " is out of range");
     }
+    long long queries = 0;  // the group's, in 64 bits
     for (int m : grp.members) {
       if (m < 0 || m >= R) fail(who + ": member " + std::to_string(m) + " is not a request of this batch");
+      queries += meta.q_len(m);
       if (group_of[m] != -1) {
         fail("request " + std::to_string(m) + " is a member of prefix groups " + std::to_string(group_of[m]) +
              " and " + std::to_string(g) + " (or listed twice)");
@@ -153,6 +167,12 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
         }
       }
     }
+    // The prefix pass runs the group as one request whose queries follow the prefix: its length is an int.
+    if (grp.prefix_len + queries > INT_MAX) {
+      fail(who + ": prefix_len " + std::to_string(grp.prefix_len) + " and the group's " + std::to_string(queries) +
+           " queries make a prefix pass of " + std::to_string(grp.prefix_len + queries) +
+           " positions, past INT_MAX (the queries follow the prefix there)");
+    }
   }
 
   Cascade c;
@@ -160,13 +180,14 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   const int num_sms = stage04::sm_count();
   std::vector<int> qsl{0}, seq, plens, table, rows, suffix_begin(R, 0), row_of(meta.num_tokens, -1);
   for (const PrefixGroup& grp : groups) {
-    int queries = 0, suffix = 0;
+    // Sums over the members in 64 bits: each member's suffix fits an int, their sum need not.
+    long long queries = 0, suffix = 0;
     for (int m : grp.members) queries += meta.q_len(m), suffix += meta.seq_lens[m] - meta.q_len(m) - grp.prefix_len;
     const int n = static_cast<int>(grp.members.size());
     const Path path = force == 1   ? Path::cascade
                       : force == 0 ? Path::plain
-                                   : choose_path(p, n, grp.prefix_len, ceil_div(queries, n), suffix / n, num_sms,
-                                                 c.warpgroup_prefix);
+                                   : choose_path(p, n, grp.prefix_len, static_cast<int>(ceil_div64(queries, n)),
+                                                 static_cast<int>(suffix / n), num_sms, c.warpgroup_prefix);
     c.paths.push_back(queries == 0 ? Path::plain : path);
     if (c.paths.back() == Path::plain) continue;
     for (int m : grp.members) {
