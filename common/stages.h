@@ -156,24 +156,22 @@ void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream = n
 }  // namespace stage07
 
 namespace stage08 {
-// Attention sinks, on every path of stages 03-07.
+// Attention sinks over bf16 caches, on the paths of stages 03, 04 and 06.
 //  (a) Learned sink logits (gpt-oss): p.sinks[h] joins row h's softmax
 //      denominator and adds no value, o = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h});
 //      not multiplied by softmax_scale. Added exactly once per row: in the
 //      epilogue of whole-context tiles, in split 0's partial of split-KV (also
-//      when that split saw no key), in the suffix pass of a cascade (never in a
-//      prefix partial). The returned lse INCLUDES the sink: log(sum_j e^{s_j} + e^{sink_h}).
-//      A row that sees no key gives o = 0 and lse = sink_h.
+//      when that split saw no key). The returned lse INCLUDES the sink:
+//      log(sum_j e^{s_j} + e^{sink_h}). A row that sees no key gives o = 0 and lse = sink_h.
 //  (b) Sink tokens (StreamingLLM): with a window, the first p.sink_tokens
 //      positions stay visible to every query. Decode batches read only those
 //      positions' blocks and the window (a split of their own); prefill tiles
 //      start at key 0 and skip the math of tiles between the two.
-// Any cache format (bf16, int8, fp8_e4m3), any window (0 = none).
+// Any window (0 = none). 8-bit caches, batch-invariant mode and cascade with
+// sinks are the engine's (engine/engine.h): refused here with that message.
 void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 // num_splits 0 = automatic, 1..64 forces the split path (decode-only batches; for tests).
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
-// Cascade (stage 07) with learned sinks: the sink joins each row's own (suffix) partial only.
-void forward(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream = nullptr);
 }  // namespace stage08
 
 }  // namespace pa

@@ -6,6 +6,7 @@
 
 #include "common/attention_params.h"
 #include "common/check.h"
+#include "common/stages.h"
 #include "engine.h"
 
 namespace pa::engine::detail {
@@ -24,5 +25,10 @@ void run_int8(const Launch& l);
 void run_int8_sinks(const Launch& l);
 void run_fp8(const Launch& l);
 void run_fp8_sinks(const Launch& l);
+
+// Cascade (stage 07) with or without learned sinks, one unit per format.
+void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);
+void cascade_int8(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);
+void cascade_fp8(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);
 
 }  // namespace pa::engine::detail

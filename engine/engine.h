@@ -25,6 +25,8 @@
 #include <string>
 
 #include "common/attention_params.h"
+#include "common/check.h"
+#include "common/stages.h"
 
 namespace pa::engine {
 
@@ -91,6 +93,15 @@ Plan plan(const AttentionParams& p, const Bounds& bounds, const Options& options
 // a mismatch.
 void run(const Plan& plan, const AttentionParams& p, void* workspace, size_t workspace_bytes,
          cudaStream_t stream = nullptr);
+
+// Cascade attention (stage 07) for a batch whose requests share prefixes,
+// composed with any cache format and learned sinks (stage 08: the sink joins
+// each row's own suffix partial, never a prefix partial). `cascade` is
+// stage07::plan()'s for this batch: made once per batch on the host, it owns
+// the gathered queries and the prefix partials it needs, so this call
+// allocates nothing. No window and no sink tokens (stage 07 refuses windows),
+// no batch-invariant mode (a prefix pass serves a whole group).
+void run_cascade(const stage07::Cascade& cascade, const AttentionParams& p, cudaStream_t stream = nullptr);
 
 // plan() + a workspace of its own + run(), for one call: tests and one-off use,
 // not a serving loop (it allocates).

@@ -26,14 +26,10 @@ void check_bounds(const Bounds& b) {
   PA_REQUIRE(b.num_requests >= 0 && b.num_tokens >= 0,
              "engine::plan: bounds num_requests " + str(b.num_requests) + " and num_tokens " + str(b.num_tokens) +
                  " must be >= 0");
-  PA_REQUIRE(b.max_query_len >= 0 && b.max_query_len <= b.num_tokens,
-             "engine::plan: bounds max_query_len " + str(b.max_query_len) + " is outside 0..num_tokens (" +
-                 str(b.num_tokens) + ")");
+  PA_REQUIRE(b.max_query_len >= 0, "engine::plan: bounds max_query_len " + str(b.max_query_len) + " is negative");
   PA_REQUIRE(b.max_seq_len >= b.max_query_len,
              "engine::plan: bounds max_seq_len " + str(b.max_seq_len) + " is below max_query_len " +
                  str(b.max_query_len) + " (a request's queries are the last of its positions)");
-  PA_REQUIRE(!b.decode_only || b.max_query_len <= 1,
-             "engine::plan: bounds say decode_only but max_query_len is " + str(b.max_query_len));
 }
 
 // The batch as the kernels see it: the plan's bounds as the host-side sizes.
@@ -206,6 +202,27 @@ void run(const Plan& pl, const AttentionParams& p_in, void* workspace, size_t wo
     case KvFormat::bf16: pl.sinks ? detail::run_bf16_sinks(l) : detail::run_bf16(l); break;
     case KvFormat::int8: pl.sinks ? detail::run_int8_sinks(l) : detail::run_int8(l); break;
     case KvFormat::fp8_e4m3: pl.sinks ? detail::run_fp8_sinks(l) : detail::run_fp8(l); break;
+  }
+  clear_padding_rows(p, stream);
+}
+
+void run_cascade(const stage07::Cascade& c, const AttentionParams& p, cudaStream_t stream) {
+  const std::string who = "engine::run_cascade: ";
+  (void)stage03::checked_packing(p, "engine");
+  PA_REQUIRE(p.window == 0 && p.sink_tokens == 0,
+             who + "a cascade takes no sliding window and no sink tokens (stage 07 refuses windows); got window " +
+                 str(p.window) + ", sink_tokens " + str(p.sink_tokens));
+  PA_REQUIRE(!p.batch_invariant,
+             who + "a cascade has no batch-invariant mode (stage 07: its prefix pass serves a whole group)");
+  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
+             who + "a " + pa::name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),
+             who + "the cascade plan was made for another batch (stage07::plan() once per batch)");
+  if (p.checked) check_device_batch(p, "engine", stream);
+  switch (p.kv.format) {
+    case KvFormat::bf16: detail::cascade_bf16(p, c, stream); break;
+    case KvFormat::int8: detail::cascade_int8(p, c, stream); break;
+    case KvFormat::fp8_e4m3: detail::cascade_fp8(p, c, stream); break;
   }
   clear_padding_rows(p, stream);
 }

@@ -47,6 +47,7 @@
 #include "common/problem.h"
 #include "common/quant.cuh"
 #include "common/stages.h"
+#include "engine/engine.h"
 
 namespace pa::fuzz {
 namespace {
@@ -300,7 +301,8 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
     for (int i = 0; i < nb; ++i) g.blocks.push_back(in.one_in(4) ? edge_int(in) : in.range(0, std::max(p.num_blocks - 1, 0)));
     groups.push_back(g);
   }
-  const char* names[] = {"", "stage 01", "stage 02", "stage 03", "stage 04", "stage 05", "stage 06", "stage 07", "stage 08"};
+  const char* names[] = {"", "stage 01", "stage 02", "stage 03", "stage 04", "stage 05", "stage 06", "stage 07", "stage 08", "engine cascade"};
+  int label = stage;  // names[label]: what ran
   try {
     switch (stage) {
       case 1: {
@@ -316,7 +318,8 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
       case 7: stage07::forward(params, stage07::plan(params, p.meta, groups, force)); break;
       default:
         if (in.one_in(2)) {
-          stage08::forward(params, stage07::plan(params, p.meta, groups, force));
+          label = 9;  // the engine's cascade: stage 08's sinks over stage 07's plan
+          engine::run_cascade(stage07::plan(params, p.meta, groups, force), params);
         } else {
           stage08::forward(params, nullptr, num_splits);
         }
@@ -324,10 +327,10 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
     }
     PA_CHECK(cudaDeviceSynchronize());
   } catch (const Error& e) {
-    refused(names[stage], e);
+    refused(names[label], e);
     return;
   }
-  ++outcomes()[std::string("ran ") + names[stage]];
+  ++outcomes()[std::string("ran ") + names[label]];
 }
 
 void run_one(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 // request (a decode or a query block of several tokens) among other decodes,
 // prefill chunks, empty requests and padding rows, with tight or loose host
 // bounds; the target alone is the same request over the same cache (its own
-// blocks), and both runs are compared with memcmp. Stages 04, 05, 06 and 08
+// blocks), and both runs are compared with memcmp. Stages 04, 05, 06 and the
 // honour the mode, 01 and 02 are invariant as they stand, 03 and 07 refuse it.
 // Without the mode the same batches are also run, and the differences only
 // printed: they are what the mode removes.
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "tests/harness.h"
 
 namespace pa::test {
@@ -200,7 +201,8 @@ const StageForward kStage02 = [](const Problem&, const AttentionParams& a) { sta
 const StageForward kStage04 = [](const Problem&, const AttentionParams& a) { stage04::forward(a); };
 const StageForward kStage05 = [](const Problem&, const AttentionParams& a) { stage05::forward(a); };
 const StageForward kStage06 = [](const Problem&, const AttentionParams& a) { stage06::forward(a); };
-const StageForward kStage08 = [](const Problem&, const AttentionParams& a) { stage08::forward(a); };
+// Sinks with the mode are composed by the engine (stage 08 runs sinks alone).
+const StageForward kEngine = [](const Problem&, const AttentionParams& a) { engine::forward(a); };
 
 // Contexts past 2048 keys (the mode's split) for some targets, and others past
 // them, so that the batch changes the split count of the automatic plan.
@@ -236,19 +238,19 @@ std::vector<InvariantCase> cases() {
        {{1, 300}, 5, 500, true}, 8, 124},
       {"Stage06_NoWindow", small, kStage06, {{1, 250}, 5, 500, true}, 4, 125},
       // Stage 08: learned sinks, sink tokens with a window, 8-bit.
-      {"Stage08_Sinks_Decode", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kStage08,
+      {"Engine_Sinks_Decode", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kEngine,
        {{1, 300}, 5, 600, true}, 8, 131},
-      {"Stage08_Sinks_Prefill", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kStage08,
+      {"Engine_Sinks_Prefill", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kEngine,
        {{9, 120}, 5, 400, true}, 8, 132},
-      {"Stage08_SinkTokensWindow_Decode",
-       with(small, [](AttentionConfig& c) { c.with_sinks = true, c.window = 64, c.sink_tokens = 4; }), kStage08,
+      {"Engine_SinkTokensWindow_Decode",
+       with(small, [](AttentionConfig& c) { c.with_sinks = true, c.window = 64, c.sink_tokens = 4; }), kEngine,
        {{1, 400}, 5, 600, true}, 8, 133},
-      {"Stage08_SinkTokensWindow_Prefill",
-       with(small, [](AttentionConfig& c) { c.window = 48, c.sink_tokens = 4; }), kStage08,
+      {"Engine_SinkTokensWindow_Prefill",
+       with(small, [](AttentionConfig& c) { c.window = 48, c.sink_tokens = 4; }), kEngine,
        {{24, 200}, 5, 400, true}, 8, 134},
-      {"Stage08_SinkTokensWindow_Fp8_DecodeTwoSplits",
+      {"Engine_SinkTokensWindow_Fp8_DecodeTwoSplits",
        with(small, [&](AttentionConfig& c) { c.with_sinks = true, c.window = 2060, c.sink_tokens = 4, fp8(c); }),
-       kStage08, {{1, 2500}, 2, 3000, false}, 4, 135},
+       kEngine, {{1, 2500}, 2, 3000, false}, 4, 135},
       // Stages 01 and 02: invariant as they stand (each program computes its own request's rows).
       {"Stage01_AsItStands", small, kStage01, {{5, 60}, 4, 200, true}, 4, 141},
       {"Stage02_Decode_AsItStands", small, kStage02, {{1, 200}, 5, 400, true}, 4, 142},
@@ -320,10 +322,10 @@ TEST(BatchInvariantPlan, ForcedSplitCountsAreRefused) {
   expect_error([&] { stage04::forward(a, nullptr, 3); }, why);
   expect_error([&] { stage05::forward(a, nullptr, 3); }, why);
   expect_error([&] { stage06::forward(a, nullptr, 3); }, why);
-  expect_error([&] { stage08::forward(a, nullptr, 3); }, why);
+  expect_error([&] { engine::forward(a, nullptr, engine::Options{.num_splits = 3}); }, why);
   a.window = 32;
   a.sink_tokens = 4;
-  expect_error([&] { stage08::forward(a, nullptr, 3); }, why);
+  expect_error([&] { engine::forward(a, nullptr, engine::Options{.num_splits = 3}); }, why);
 }
 
 // Stage 03's tile follows the batch, and stage 07's prefix pass the group: both refuse the mode.
@@ -338,7 +340,7 @@ TEST(BatchInvariantRefused, Stage03AndStage07) {
   a.batch_invariant = true;
   expect_error([&] { stage07::plan(a, p.meta, {}, -1); }, "stage 07: cascade has no batch-invariant mode");
   expect_error([&] { stage07::forward(a, c); }, "stage 07: cascade has no batch-invariant mode");
-  expect_error([&] { stage08::forward(a, c); }, "stage 08: cascade has no batch-invariant mode");
+  expect_error([&] { engine::run_cascade(c, a); }, "engine::run_cascade: a cascade has no batch-invariant mode");
 }
 
 // The mode's outputs are right, not only stable: mixed batches against the oracle.
@@ -352,11 +354,11 @@ TEST(BatchInvariantOracle, MixedBatchesMatchTheOracle) {
   int8.kv_format = KvFormat::int8;
   const std::vector<RequestShape> mixed = {{0, 0}, {1, 2300}, {17, 60}, {1, 1}, {3, 3}, {1, 130}};
   const std::vector<std::pair<std::string, StageForward>> stages = {
-      {"stage 05", kStage05}, {"stage 06", kStage06}, {"stage 08", kStage08}};
+      {"stage 05", kStage05}, {"stage 06", kStage06}, {"engine", kEngine}};
   for (const AttentionConfig& cfg : {small, int8, sinks}) {
     const Problem p = make_problem(cfg, mixed, {.seed = 13, .padding_rows = 2});
     for (const auto& [name, forward] : stages) {
-      if (cfg.with_sinks != (name == "stage 08")) continue;
+      if (cfg.with_sinks != (name == "engine")) continue;
       DeviceBatch db(p);
       AttentionParams a = db.params();
       a.batch_invariant = true;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/checked_launch.h"
+#include "engine/engine.h"
 #include "tests/harness.h"
 
 namespace pa::test {
@@ -39,10 +40,11 @@ std::vector<StageRun> stage_runs() {
          stage07::forward(a, c);
        }},
       {"stage 08", false, [](const Problem&, const AttentionParams& a) { stage08::forward(a); }},
-      {"stage 08", false,  // its cascade entry point
+      {"engine", false, [](const Problem&, const AttentionParams& a) { engine::forward(a); }},
+      {"engine", false,  // its cascade entry point
        [](const Problem& p, const AttentionParams& a) {
          const stage07::Cascade c = stage07::plan(a, p.meta, {}, /*force=*/-1);
-         stage08::forward(a, c);
+         engine::run_cascade(c, a);
        }},
   };
 }

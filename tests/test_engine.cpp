@@ -5,6 +5,9 @@
 //    sinks, forced split counts and batch-invariant mode.
 //  - The plan: bounds looser than the batch serve it; a step outside them, a
 //    layer of another shape or a short workspace are refused before any launch.
+//  - Stage 08's cases (tests/sink_cases.h) in every cache format, its split
+//    counts against one split, and the cascade with sinks (the sink in each
+//    row's own suffix partial only) against the oracle and the plain path.
 //  - A CUDA graph: one decode step (the cache write and the attention) captured
 //    once and replayed while every context grows inside the plan's bounds, each
 //    replay against the oracle. On the CPU runtime the capture is its stream
@@ -18,6 +21,7 @@
 #include "common/batch_ops.h"
 #include "engine/engine.h"
 #include "tests/harness.h"
+#include "tests/sink_cases.h"
 
 namespace pa::test {
 namespace {
@@ -98,6 +102,94 @@ TEST_P(Engine, MatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Engine, testing::ValuesIn(engine_cases()), engine_case_name);
 
+// ---- learned sinks and sink tokens in every format (stage 08's cases) --------------
+
+class EngineSinks : public testing::TestWithParam<SinkCase> {};
+
+TEST_P(EngineSinks, MatchesOracle) {
+  const SinkCase& k = GetParam();
+  const Problem p = build(k.c, k.sinks);
+  DeviceBatch db(p);
+  engine::forward(db.params(), nullptr, engine::Options{.num_splits = k.num_splits});
+  expect_device_matches_oracle(p, db, label_of(k), reference_attention(p));
+  if (k.sinks == SinkValues::minus_inf) {
+    expect_device_matches_oracle(p, db, label_of(k) + ": a -inf sink is no sink", oracle_without_sinks(p));
+  }
+  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label_of(k) + ": ");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineSinks, testing::ValuesIn(sink_cases()), sink_case_name);
+
+// 1, 2, 7 and 64 splits of the same decodes: each against the oracle and against one split.
+class EngineSinkSplitCounts : public testing::TestWithParam<SinkCase> {};
+
+TEST_P(EngineSinkSplitCounts, AgreeWithOneSplit) {
+  const SinkCase& k = GetParam();
+  const Problem p = build(k.c, k.sinks);
+  DeviceBatch db(p);
+  const OracleResult want = reference_attention(p);
+  engine::forward(db.params(), nullptr, engine::Options{.num_splits = 1});
+  expect_device_matches_oracle(p, db, label_of(k) + " with 1 split", want);
+  const std::vector<float> one_out = db.out_host(), one_lse = db.lse_host();
+  for (const int n : {2, 7, 64}) {
+    db.poison_outputs();
+    engine::forward(db.params(), nullptr, engine::Options{.num_splits = n});
+    const std::string label = label_of(k) + " with " + std::to_string(n) + " splits";
+    expect_device_matches_oracle(p, db, label, want);
+    expect_same_as_backend(p, db.out_host(), db.lse_host(), one_out, one_lse, label + " against 1 split");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineSinkSplitCounts, testing::ValuesIn(split_count_cases()), sink_case_name);
+
+// ---- cascade with sinks: the sink joins each row's own partial, never the prefix's ---
+
+class EngineCascade : public testing::TestWithParam<CascadeSinkCase> {};
+
+TEST_P(EngineCascade, MatchesOracleAndPlainPath) {
+  const CascadeSinkCase& k = GetParam();
+  Problem p = build(k.c, k.sinks);
+  const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
+  DeviceBatch db(p);
+  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, k.force);
+  if (k.force == kCascade) {
+    int with_queries = 0;
+    for (const PrefixGroup& g : groups) {
+      int queries = 0;
+      for (const int r : g.members) queries += p.meta.q_len(r);
+      with_queries += queries > 0;
+    }
+    ASSERT_EQ(plan.num_groups, with_queries) << "force 1 cascades every group that has queries";
+  }
+  const std::string label =
+      "case " + k.c.name + " (sinks " + sink_name(k.sinks) + ", cascade force " + std::to_string(k.force) + ")";
+  engine::run_cascade(plan, db.params());
+  expect_device_matches_oracle(p, db, label, reference_attention(p));
+  if (k.sinks == SinkValues::minus_inf) {
+    expect_device_matches_oracle(p, db, label + ": a -inf sink is no sink", oracle_without_sinks(p));
+  }
+  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label + ": ");
+  const std::vector<float> out = db.out_host(), lse = db.lse_host();
+
+  db.poison_outputs();
+  engine::forward(db.params());
+  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against the engine without groups");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineCascade, testing::ValuesIn(cascade_cases()), cascade_case_name);
+
+// A cascade has no window, so sink tokens there would be a request the plan
+// never saw: refused, not ignored.
+TEST(EngineCascadeErrors, RefusesSinkTokens) {
+  Problem p = build({"Prefix32", config(8, 2, 64, 16), decodes(2, 32, 1)}, SinkValues::randn);
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1}, 32}});
+  DeviceBatch db(p);
+  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
+  AttentionParams params = db.params();
+  params.sink_tokens = 4;
+  expect_error([&] { engine::run_cascade(plan, params); }, "sink tokens");
+}
+
 // ---- the plan --------------------------------------------------------------------
 
 engine::Plan plan_for(const DeviceBatch& db, engine::Bounds b, int num_splits = kAuto) {
@@ -112,7 +204,7 @@ TEST(EnginePlan, LooseBoundsServeTheBatch) {
     const Problem p = make_problem(with(config(8, 2, 64, 16), f, 0, 0, true), milestone_requests());
     DeviceBatch db(p);
     engine::Bounds b = engine::bounds_of(db.params().batch);
-    b.max_query_len = b.num_tokens;  // no request could have more
+    b.max_query_len = 64;
     b.max_seq_len *= 4;
     const engine::Plan pl = plan_for(db, b);
     DeviceBuffer<unsigned char> ws(pl.workspace_bytes);

@@ -5,7 +5,7 @@
 // block sizes 1..256, GQA groups 1..64, head_dim 64/80/96/128/192/256, sliding
 // windows, learned sinks and sink tokens, bf16 / int8 / fp8_e4m3 caches, and
 // pages shared between requests (a prefix group as stage 07 takes it, and
-// single history pages shared anywhere). Every stage 01-08 then either
+// single history pages shared anywhere). Every stage 01-08 and the engine then either
 //  - accepts the batch, and its out and lse match the oracle by the tolerance
 //    table (common/compare.h, the rule of tests/harness.h), or
 //  - refuses it before any launch: a pa::Error with a message, the output
@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/quant.cuh"
+#include "engine/engine.h"
 #include "tests/batch_draws.h"
 #include "tests/harness.h"
 
@@ -73,12 +74,17 @@ std::vector<StageRun> stage_runs(const Draw& d) {
       {"08 splits " + std::to_string(splits),
        [splits](const Problem&, DeviceBatch& db) { stage08::forward(db.params(), nullptr, splits); }},
   };
+  // The engine composes what the stages teach apart (8-bit caches with windows
+  // and sinks, batch-invariant mode, cascade with sinks).
+  runs.push_back({"engine splits " + std::to_string(splits), [splits](const Problem&, DeviceBatch& db) {
+                    engine::forward(db.params(), nullptr, engine::Options{.num_splits = splits});
+                  }});
   if (!d.prefix_groups.empty()) {
-    runs.push_back({"08 cascade, " + std::to_string(d.prefix_groups.size()) + " groups, force " +
+    runs.push_back({"engine cascade, " + std::to_string(d.prefix_groups.size()) + " groups, force " +
                         std::to_string(d.force),
                     [&d](const Problem& p, DeviceBatch& db) {
                       const stage07::Cascade c = stage07::plan(db.params(), p.meta, d.prefix_groups, d.force);
-                      stage08::forward(db.params(), c);
+                      engine::run_cascade(c, db.params());
                     }});
   }
   return runs;

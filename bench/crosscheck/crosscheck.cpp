@@ -1,6 +1,7 @@
 // crosscheck: does the CPU flavor compute what the GPU computes, bit for bit?
 //
-// A fixed, seeded set of small batches runs through every stage (01-08); each
+// A fixed, seeded set of small batches runs through every stage (01-08) and the
+// engine (listed as stage 09); each
 // output (out as bf16 bits, lse as fp32 bits) is written to, or compared with, a
 // binary reference file. The committed reference (bench/crosscheck/cpu_reference.bin)
 // comes from the CPU flavor; the GPU flavor compares against it.
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "common/check.h"
 #include "common/device_batch.h"
 #include "common/problem.h"
@@ -124,11 +126,12 @@ Record run_case(const XCase& c) {
       case 5: stage05::forward(a, nullptr, c.num_splits); break;
       case 6: stage06::forward(a, nullptr, c.num_splits); break;
       case 7: stage07::forward(a, stage07::plan(a, p.meta, groups, c.force)); break;
-      case 8:
+      case 8: stage08::forward(a, nullptr, c.num_splits); break;
+      case 9:  // the engine: what the stages teach apart, composed
         if (!groups.empty()) {
-          stage08::forward(a, stage07::plan(a, p.meta, groups, c.force));
+          engine::run_cascade(stage07::plan(a, p.meta, groups, c.force), a);
         } else {
-          stage08::forward(a, nullptr, c.num_splits);
+          engine::forward(a, nullptr, engine::Options{.num_splits = c.num_splits});
         }
         break;
       default: throw Error("no stage " + std::to_string(c.stage));
@@ -234,21 +237,23 @@ std::vector<XCase> all_cases() {
     v.push_back(o);
   }
 
-  // Stage 08: learned sinks and sink tokens, with and without a window, on every path.
+  // Stage 08 (bf16) and the engine (int8): learned sinks and sink tokens, with
+  // and without a window, on every path; the engine's cascade with sinks.
   for (F f : {F::bf16, F::int8}) {
     const std::string t = std::string("_") + fmt_tag(f);
+    const int stage = f == F::bf16 ? 8 : 9;
     for (int n : {1, 3}) {
       const std::string sp = "_s" + std::to_string(n);
-      v.push_back({"sinks_decodes_g4_d128_b16" + t + sp, 8, cfg_of(8, 2, 128, 16, f, 0, true), long_decodes, n});
-      v.push_back({"sinks_window40_sinktok4_decodes_g4_d64_b16" + t + sp, 8, cfg_of(8, 2, 64, 16, f, 40, true, 4),
+      v.push_back({"sinks_decodes_g4_d128_b16" + t + sp, stage, cfg_of(8, 2, 128, 16, f, 0, true), long_decodes, n});
+      v.push_back({"sinks_window40_sinktok4_decodes_g4_d64_b16" + t + sp, stage, cfg_of(8, 2, 64, 16, f, 40, true, 4),
                    long_decodes, n});
     }
-    v.push_back({"sinks_mixed_g3pad_d128_b16" + t, 8, cfg_of(6, 2, 128, 16, f, 0, true), small_mixed, 0, Keys::plain,
+    v.push_back({"sinks_mixed_g3pad_d128_b16" + t, stage, cfg_of(6, 2, 128, 16, f, 0, true), small_mixed, 0, Keys::plain,
                  2});
-    v.push_back({"window20_sinktok4_mixed_g4_d64_b1" + t, 8, cfg_of(8, 2, 64, 1, f, 20, false, 4), small_mixed});
+    v.push_back({"window20_sinktok4_mixed_g4_d64_b1" + t, stage, cfg_of(8, 2, 64, 1, f, 20, false, 4), small_mixed});
   }
   {
-    XCase c{"sinks_prefix64_decodes_g4_d128_b16_cascade", 8, cfg_of(8, 2, 128, 16, F::bf16, 0, true),
+    XCase c{"sinks_prefix64_decodes_g4_d128_b16_cascade", 9, cfg_of(8, 2, 128, 16, F::bf16, 0, true),
             shared_prefix_decodes(3, 64, 8, 16)};
     c.prefixes = {{{0, 1, 2}, 64}};
     v.push_back(c);

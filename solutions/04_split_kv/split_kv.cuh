@@ -384,5 +384,22 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
                          [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, stream, adapt); });
 }
 
+// Serves any batch with a tile family and a mask: decode-only batches that the
+// split plan splits (or any forced split count 1..64) take the splits,
+// everything else whole query tiles (stage 03). span_keys: the keys the longest
+// request reads (stage 06: its window's span). Stages 05, 06 and 08 launch
+// through it.
+template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
+void run_splits_or_tiles(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
+                         int span_keys, const Adapt& adapt = {}) {
+  const bool decode_only = check_split_request(p, num_splits);
+  if (num_splits > 0 || (decode_only && plan_rule(p, sm_count(), span_keys).num_splits > 1)) {
+    forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);
+    return;
+  }
+  stage03::with_head_dim(p.kv.head_dim,
+                         [&]<int HEAD_DIM>() { stage03::dispatch_whole_context<HEAD_DIM, Tiles, Mask>(p, pk, stream, adapt); });
+}
+
 }  // namespace
 }  // namespace pa::stage04

@@ -684,12 +684,9 @@ static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
                   stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 256>(),
               "stage 04's PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
 
-// Serves any batch with a tile family and a mask: decode-only batches that the
-// split plan splits (or any forced split count 1..64) take stage 04's splits,
-// everything else whole query tiles. span_keys: the keys the longest request
-// reads (stage 06: its window's span). Stage 06 reuses this. In stage 04's
-// batch-invariant mode: decodes take its fixed-size splits, everything else
-// whole 128-row tiles, whatever the batch.
+// Serves any batch with a tile family and a mask: stage 04's run_splits_or_tiles,
+// and in stage 04's batch-invariant mode its fixed-size splits for decodes and
+// whole 128-row tiles for everything else, whatever the batch.
 template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
 void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, int num_splits,
                          int span_keys, const Adapt& adapt = {}) {
@@ -698,13 +695,7 @@ void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream
     stage04::forward_invariant<Tiles, Mask>(p, pk, stream, span_keys, adapt);
     return;
   }
-  const bool decode_only = stage04::check_split_request(p, num_splits);
-  if (num_splits > 0 || (decode_only && stage04::plan_rule(p, stage04::sm_count(), span_keys).num_splits > 1)) {
-    stage04::forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);
-    return;
-  }
-  stage03::with_head_dim(p.kv.head_dim,
-                         [&]<int HEAD_DIM>() { stage03::dispatch_whole_context<HEAD_DIM, Tiles, Mask>(p, pk, stream, adapt); });
+  stage04::run_splits_or_tiles<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);
 }
 
 }  // namespace
