@@ -175,6 +175,12 @@ struct FragSoftmax {
   }
 
   // Turns raw scores into weights 2^(s * scale_log2 - m) in place and adds them to l.
+  // Each product is rounded as raise_max_m_l rounds the row max (__fmul_rn), and m is
+  // subtracted after: the max key's weight is then exactly 2^0 = 1, and no weight
+  // exceeds it (rounding is monotonic). A fused s * scale_log2 - m keeps the product
+  // exact, so the max key got 2^(m's rounding error), which grows with |m|: from keys
+  // ~1e7 times the usual size it overflowed P's fp16 operand (inf, then NaN) or
+  // flushed the whole row to 0. The price: a multiply and a subtract for one FMA.
   template <int S_TILES>
   __device__ __forceinline__ void weights(float (&s)[S_TILES][4], float scale_log2) {
     const float ref[2] = {Softmax::reference(m[0]), Softmax::reference(m[1])};
@@ -182,7 +188,7 @@ struct FragSoftmax {
     for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(fmaf(s[j][e], scale_log2, -ref[e >> 1]));  // masked: 2^-inf = 0
+        s[j][e] = exp2f(__fmul_rn(s[j][e], scale_log2) - ref[e >> 1]);  // masked: 2^-inf = 0
         l[e >> 1] += s[j][e];
       }
     }

@@ -173,6 +173,21 @@ TEST(FragSoftmax, LaterLargerScoresRescaleEarlierOnes) {
   expect_same(run_frag(s, v, tiles, 1.0f), reference(s, v, tiles, 1.0f), "rising maxima");
 }
 
+// Scores far from 0 (keys ~1e12 or 1e30 times the usual size; issue #29): the
+// max key's weight must be exactly 1. Taken as 2^(fmaf(s, c, -m)) with m the
+// rounded product s_max * c it was 2^(m's rounding error), up to 2^(ulp(m) / 2):
+// inf (then NaN) or 0 (then an output of 0) once ulp(m) passes a few hundred.
+TEST(FragSoftmax, LargeScoresGiveTheMaxKeyWeightOne) {
+  const int tiles = 2;
+  const auto v = random_values(tiles * KEYS * 8, 9, -1.0f, 1.0f);
+  for (const float factor : {1e12f, 1e30f}) {
+    auto s = random_values(tiles * 16 * KEYS, 8, -8.0f, 8.0f);
+    for (float& x : s) x *= factor;
+    const char* what = factor == 1e12f ? "scores x1e12" : "scores x1e30";
+    expect_same(run_frag(s, v, tiles, 0.3f), reference(s, v, tiles, 0.3f), what);
+  }
+}
+
 TEST(FragSoftmax, NoTileIsTheEmptyRow) {
   // A row that has seen no key (an empty split, a padding row): o = 0 exactly, lse = -inf.
   expect_same(run_frag({}, {}, 0, 1.0f), reference({}, {}, 0, 1.0f), "no tile");
