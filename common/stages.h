@@ -82,11 +82,12 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
 
 namespace stage06 {
 // Sliding-window attention (p.window > 0: a query at q_pos sees keys k_pos <=
-// q_pos with q_pos - k_pos < window; 0 = no window) over bf16, int8 or fp8_e4m3
-// caches. The key loop starts at the block holding the first key of the oldest
-// query's window, so a windowed decode reads only ~window keys. Dispatch as
-// stage 05: decode-only batches that the split plan splits run split-KV over the
-// window only, everything else stage 03's tiles. No sinks.
+// q_pos with q_pos - k_pos < window; 0 = no window) over bf16 caches. The key
+// loop starts at the block holding the first key of the oldest query's window,
+// so a windowed decode reads only ~window keys. Decode-only batches that the
+// split plan splits run stage 04's split-KV over the window only, everything
+// else stage 03's tiles. No sinks; 8-bit caches and batch-invariant mode with a
+// window are the engine's (engine/engine.h): refused here with that message.
 void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 // num_splits 0 = as above; 1..64 forces the split path (decode-only batches; for tests).
 void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);

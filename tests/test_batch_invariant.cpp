@@ -4,8 +4,9 @@
 // request (a decode or a query block of several tokens) among other decodes,
 // prefill chunks, empty requests and padding rows, with tight or loose host
 // bounds; the target alone is the same request over the same cache (its own
-// blocks), and both runs are compared with memcmp. Stages 04, 05, 06 and the
-// honour the mode, 01 and 02 are invariant as they stand, 03 and 07 refuse it.
+// blocks), and both runs are compared with memcmp. Stages 04 and 05 and the
+// engine (which composes it with windows and sinks) honour the mode; 01 and 02
+// are invariant as they stand; 03, 06, 07 and 08 refuse it.
 // Without the mode the same batches are also run, and the differences only
 // printed: they are what the mode removes.
 #include <algorithm>
@@ -200,7 +201,6 @@ const StageForward kStage01 = [](const Problem& p, const AttentionParams& a) {
 const StageForward kStage02 = [](const Problem&, const AttentionParams& a) { stage02::forward(a); };
 const StageForward kStage04 = [](const Problem&, const AttentionParams& a) { stage04::forward(a); };
 const StageForward kStage05 = [](const Problem&, const AttentionParams& a) { stage05::forward(a); };
-const StageForward kStage06 = [](const Problem&, const AttentionParams& a) { stage06::forward(a); };
 // Sinks with the mode are composed by the engine (stage 08 runs sinks alone).
 const StageForward kEngine = [](const Problem&, const AttentionParams& a) { engine::forward(a); };
 
@@ -227,16 +227,16 @@ std::vector<InvariantCase> cases() {
       {"Stage05_Fp8_Decode", with(small, fp8), kStage05, {{1, 2100}, 3, 3000, true}, 4, 116},
       {"Stage05_Fp8_Prefill", with(small, fp8), kStage05, {{7, 100}, 5, 300, true}, 8, 117},
       {"Stage05_Int8_D96_Decode", with(config(8, 2, 96, 16), int8), kStage05, {{1, 250}, 5, 500, true}, 4, 118},
-      // Stage 06: windows.
-      {"Stage06_Window64_Decode", with(small, [](AttentionConfig& c) { c.window = 64; }), kStage06,
+      // Windows with the mode (stage 06's mask), which the engine composes.
+      {"Engine_Window64_Decode", with(small, [](AttentionConfig& c) { c.window = 64; }), kEngine,
        {{1, 400}, 5, 600, true}, 8, 121},
-      {"Stage06_Window64_Prefill", with(small, [](AttentionConfig& c) { c.window = 64; }), kStage06,
+      {"Engine_Window64_Prefill", with(small, [](AttentionConfig& c) { c.window = 64; }), kEngine,
        {{30, 300}, 5, 600, true}, 8, 122},
-      {"Stage06_Window2100_DecodeTwoSplits", with(small, [](AttentionConfig& c) { c.window = 2100; }), kStage06,
+      {"Engine_Window2100_DecodeTwoSplits", with(small, [](AttentionConfig& c) { c.window = 2100; }), kEngine,
        {{1, 2600}, 3, 3000, false}, 4, 123},
-      {"Stage06_Window100_Int8", with(small, [&](AttentionConfig& c) { c.window = 100, int8(c); }), kStage06,
+      {"Engine_Window100_Int8", with(small, [&](AttentionConfig& c) { c.window = 100, int8(c); }), kEngine,
        {{1, 300}, 5, 500, true}, 8, 124},
-      {"Stage06_NoWindow", small, kStage06, {{1, 250}, 5, 500, true}, 4, 125},
+      {"Engine_NoWindow", small, kEngine, {{1, 250}, 5, 500, true}, 4, 125},
       // Stage 08: learned sinks, sink tokens with a window, 8-bit.
       {"Engine_Sinks_Decode", with(small, [](AttentionConfig& c) { c.with_sinks = true; }), kEngine,
        {{1, 300}, 5, 600, true}, 8, 131},
@@ -296,7 +296,8 @@ TEST(BatchInvariantPlan, SplitsAreFixedInKeys) {
     p.batch.max_seq_len = 1 << 20;  // past MAX_SPLITS x 2048 keys: the mode has no such limit
     EXPECT_EQ(stage04::plan(p, 132).num_splits, 512);
     p.window = 4096;
-    EXPECT_EQ(stage06::plan(p, 132).num_splits, 3) << "the window's span: 4096 + 15 keys";
+    EXPECT_EQ(engine::plan(p, engine::bounds_of(p.batch), engine::Options{.num_sms = 132}).num_splits, 3)
+        << "the window's span: 4096 + 15 keys";
   }
 }
 
@@ -321,7 +322,6 @@ TEST(BatchInvariantPlan, ForcedSplitCountsAreRefused) {
   const std::string why = "batch-invariant mode cuts every context into splits of 2048 keys";
   expect_error([&] { stage04::forward(a, nullptr, 3); }, why);
   expect_error([&] { stage05::forward(a, nullptr, 3); }, why);
-  expect_error([&] { stage06::forward(a, nullptr, 3); }, why);
   expect_error([&] { engine::forward(a, nullptr, engine::Options{.num_splits = 3}); }, why);
   a.window = 32;
   a.sink_tokens = 4;
@@ -354,11 +354,11 @@ TEST(BatchInvariantOracle, MixedBatchesMatchTheOracle) {
   int8.kv_format = KvFormat::int8;
   const std::vector<RequestShape> mixed = {{0, 0}, {1, 2300}, {17, 60}, {1, 1}, {3, 3}, {1, 130}};
   const std::vector<std::pair<std::string, StageForward>> stages = {
-      {"stage 05", kStage05}, {"stage 06", kStage06}, {"engine", kEngine}};
+      {"stage 05", kStage05}, {"engine", kEngine}};
   for (const AttentionConfig& cfg : {small, int8, sinks}) {
     const Problem p = make_problem(cfg, mixed, {.seed = 13, .padding_rows = 2});
     for (const auto& [name, forward] : stages) {
-      if (cfg.with_sinks != (name == "engine")) continue;
+      if (cfg.with_sinks && name != "engine") continue;  // sinks with the mode: the engine's
       DeviceBatch db(p);
       AttentionParams a = db.params();
       a.batch_invariant = true;

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "tests/harness.h"
 #include "tests/sink_cases.h"
+#include "tests/window_cases.h"
 
 namespace pa::test {
 namespace {
@@ -101,6 +102,19 @@ TEST_P(Engine, MatchesOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Engine, testing::ValuesIn(engine_cases()), engine_case_name);
+
+// ---- windows in every format (stage 06's cases) ----------------------------------
+
+class EngineWindows : public testing::TestWithParam<SplitCase> {};
+
+TEST_P(EngineWindows, MatchesOracle) {
+  const SplitCase& s = GetParam();
+  expect_matches_oracle(s.c, [&](const Problem&, DeviceBatch& db) {
+    engine::forward(db.params(), nullptr, engine::Options{.num_splits = s.num_splits});
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineWindows, testing::ValuesIn(window_cases()), split_case_name);
 
 // ---- learned sinks and sink tokens in every format (stage 08's cases) --------------
 

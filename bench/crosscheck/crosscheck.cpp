@@ -202,17 +202,18 @@ std::vector<XCase> all_cases() {
     v.push_back({"prefill_g4_d256_b16_keys1e4" + t, 5, cfg_of(8, 2, 256, 16, f), prefill, 0, Keys::times1e4});
   }
 
-  // Stage 06: windows, over each format; decodes split 1 and 5, and mixed tiles.
+  // Windows, over each format (stage 06: bf16; the engine: 8-bit); decodes split 1 and 5, and mixed tiles.
   for (F f : {F::bf16, F::int8, F::fp8_e4m3}) {
     const std::string t = std::string("_") + fmt_tag(f);
+    const int stage = f == F::bf16 ? 6 : 9;
     for (int n : {1, 5}) {
       const std::string sp = "_s" + std::to_string(n);
-      v.push_back({"window40_decodes_g4_d128_b16" + t + sp, 6, cfg_of(8, 2, 128, 16, f, 40), long_decodes, n});
-      v.push_back({"window5_decodes_g4_d64_b1_outlier100" + t + sp, 6, cfg_of(8, 2, 64, 1, f, 5), decodes, n,
+      v.push_back({"window40_decodes_g4_d128_b16" + t + sp, stage, cfg_of(8, 2, 128, 16, f, 40), long_decodes, n});
+      v.push_back({"window5_decodes_g4_d64_b1_outlier100" + t + sp, stage, cfg_of(8, 2, 64, 1, f, 5), decodes, n,
                    Keys::outlier100});
     }
-    v.push_back({"window20_mixed_g4_d128_b16" + t, 6, cfg_of(8, 2, 128, 16, f, 20), small_mixed, 0, Keys::plain, 2});
-    v.push_back({"window20_mixed_g3pad_d128_b16_keys1e4" + t, 6, cfg_of(6, 2, 128, 16, f, 20), small_mixed, 0,
+    v.push_back({"window20_mixed_g4_d128_b16" + t, stage, cfg_of(8, 2, 128, 16, f, 20), small_mixed, 0, Keys::plain, 2});
+    v.push_back({"window20_mixed_g3pad_d128_b16_keys1e4" + t, stage, cfg_of(6, 2, 128, 16, f, 20), small_mixed, 0,
                  Keys::times1e4});
   }
 

@@ -11,35 +11,36 @@
 //    (SlidingWindow::for_warp).
 //  - Split-KV splits only the window's span: stage 04's plan is sized by
 //    span_keys(), and its Splits count from the first key.
-// All of it is a `Mask` policy of the tiles of stages 03 and 05, so the same
-// code serves bf16 and 8-bit caches, prefill tiles and decode splits.
+// All of it is a `Mask` policy of stage 03's tiles, run through stage 04's
+// splits or whole query tiles over bf16 caches. The engine (engine/engine.h)
+// composes the same mask with the 8-bit caches and batch-invariant mode.
 #include <algorithm>
 #include <string>
 
 #include "common/batch_ops.h"
 #include "common/checked_launch.h"
-#include "common/quant.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
-// Stage 06 builds on the reference solutions of stages 03-05.
+// Stage 06 builds on the reference solutions of stages 03 and 04.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
-#include "solutions/04_split_kv/split_kv_invariant.cuh"
-#include "solutions/04_split_kv/split_kv_warps.cuh"
-#include "solutions/05_quantized_kv/quantized_tile.cuh"
 #include "sliding_window.cuh"
 
 namespace pa::stage06 {
 namespace {
 
-// Stage 03's shape rules, plus this stage's: a window >= 0, no sinks, and an
-// 8-bit cache has its codes and scales.
+// Stage 03's shape rules, plus this stage's: bf16 caches, a window >= 0, no
+// sinks, no batch-invariant mode (the engine composes the window with 8-bit
+// caches and with that mode).
 stage03::Packing validate(const AttentionParams& p) {
   PA_REQUIRE(p.window >= 0, "stage 06: window " + std::to_string(p.window) + " is negative (0 = no window)");
   PA_REQUIRE(p.sinks == nullptr && p.sink_tokens == 0,
              "stage 06 implements causal sliding-window attention: no sink logits or sink tokens (stage 08)");
-  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
-             std::string("stage 06: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(p.kv.format == KvFormat::bf16,
+             "stage 06 reads bf16 caches; windows over 8-bit caches run in the engine (engine/engine.h)");
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 06 has no batch-invariant mode of its own; the engine (engine/engine.h) composes the window "
+             "with stage 04's batch-invariant mode");
   return stage03::checked_packing(p, "06");
 }
 
@@ -48,7 +49,6 @@ stage03::Packing validate(const AttentionParams& p) {
 stage04::SplitPlan plan(const AttentionParams& p_in, int num_sms) {
   AttentionParams p = p_in;
   if (p.window == 0) p.window = p.batch.max_seq_len + 1;
-  if (p.batch_invariant) return stage04::invariant_plan(span_keys(p), p.kv.block_size);
   return stage04::plan_rule(p, num_sms, span_keys(p));
 }
 
@@ -60,20 +60,7 @@ void forward(const AttentionParams& p_in, cudaStream_t stream, int num_splits) {
   // No window (0) is a window no context outgrows: q_pos - k_pos <= max_seq_len - 1.
   AttentionParams p = p_in;
   if (p.window == 0) p.window = p.batch.max_seq_len + 1;
-  const int span = span_keys(p);
-  using stage05::run_splits_or_tiles;
-  switch (p.kv.format) {
-    case KvFormat::bf16:
-      run_splits_or_tiles<stage04::Bf16SplitTiles, SlidingWindow>(p, pk, stream, num_splits, span);
-      break;
-    case KvFormat::int8:
-      run_splits_or_tiles<stage05::QuantizedTiles<KvFormat::int8>, SlidingWindow>(p, pk, stream, num_splits, span);
-      break;
-    case KvFormat::fp8_e4m3:
-      run_splits_or_tiles<stage05::QuantizedTiles<KvFormat::fp8_e4m3>, SlidingWindow>(p, pk, stream, num_splits,
-                                                                                       span);
-      break;
-  }
+  stage04::run_splits_or_tiles<stage03::Bf16Tiles, SlidingWindow>(p, pk, stream, num_splits, span_keys(p));
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("06_sliding_window");
 }
