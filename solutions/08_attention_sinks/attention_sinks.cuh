@@ -102,6 +102,7 @@ struct WindowWithSinkTokens {
       //@ TODO 2: causal, and outside the window unless the key is one of the first sink_tokens positions
       return stage03::CausalMask::Warp::masked(key, i) || (key >= sink_tokens && key < row_kv_begin[i]);
       //@ skeleton
+      //@ if (key < sink_tokens) PA_TODO(2);  // a sink token reached the placeholder: report this TODO
       //@ return stage06::SlidingWindow::Warp::masked(key, i);  // placeholder: the window alone
       //@ end
     }

@@ -92,6 +92,7 @@ struct WindowWithSinkTokens {
     }
     __device__ __forceinline__ bool masked(int key, int i) const {
       // TODO 2: causal, and outside the window unless the key is one of the first sink_tokens positions
+      if (key < sink_tokens) PA_TODO(2);  // a sink token reached the placeholder: report this TODO
       return stage06::SlidingWindow::Warp::masked(key, i);  // placeholder: the window alone
     }
   };
