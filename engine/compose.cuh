@@ -18,18 +18,19 @@
 namespace pa::engine::detail {
 namespace {
 
-// The plan's partials as stage 04's Splits (one split without the invariant
-// mode writes the final rows itself: no partials).
-inline stage04::Splits plan_splits(const Launch& l, int num_splits, int keys_per_split) {
+// The plan's splits as stage 04's Splits, partials in the workspace (one split
+// without the invariant mode writes the final rows itself: no partials).
+inline stage04::Splits plan_splits(const Launch& l) {
   const bool partials = l.plan.part_o_floats > 0;
-  return stage04::Splits{partials ? l.part_o : nullptr, partials ? l.part_lse : nullptr, num_splits, keys_per_split};
+  return stage04::Splits{partials ? l.part_o : nullptr, partials ? l.part_lse : nullptr, l.plan.num_splits,
+                         l.plan.keys_per_split};
 }
 
 // Stage 08's split layout for decodes with sink tokens: split 0 the sink
 // tokens, splits 1.. the window.
 inline stage08::SinkTokenSplits sink_token_splits(const Launch& l, const stage03::Packing& pk) {
   stage08::SinkTokenSplits s;
-  static_cast<stage04::Splits&>(s) = plan_splits(l, l.plan.num_splits, l.plan.keys_per_split);
+  static_cast<stage04::Splits&>(s) = plan_splits(l);
   s.sink_tokens = l.p.sink_tokens;
   s.window = l.p.window;
   s.block_shift = pk.block_shift;
@@ -47,7 +48,7 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
       });
       return;
     case Path::splits: {
-      const stage04::Splits part = plan_splits(l, l.plan.num_splits, l.plan.keys_per_split);
+      const stage04::Splits part = plan_splits(l);
       stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
         stage04::launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, l.stream, adapt);
       });
@@ -70,12 +71,9 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
     case Path::invariant:
       stage04::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);
       if constexpr (SINK_TOKENS) {
-        stage08::SinkTokenSplits s = sink_token_splits(l, pk);
-        s.keys_per_split = stage04::INVARIANT_KEYS_PER_SPLIT;
-        stage04::launch_invariant_splits<Tiles, Mask>(p, pk, s, l.stream, adapt);
+        stage04::launch_invariant_splits<Tiles, Mask>(p, pk, sink_token_splits(l, pk), l.stream, adapt);
       } else {
-        stage04::launch_invariant_splits<Tiles, Mask>(
-            p, pk, plan_splits(l, l.plan.num_splits, stage04::INVARIANT_KEYS_PER_SPLIT), l.stream, adapt);
+        stage04::launch_invariant_splits<Tiles, Mask>(p, pk, plan_splits(l), l.stream, adapt);
       }
       return;
   }
