@@ -12,11 +12,10 @@
 //   checked  what checked launches cost (AttentionParams::checked: one validation kernel
 //            and a host synchronisation before the attention kernels): 04_split_kv at
 //            decode 64 x 4096 and 1 x 4096, labels .../checked:off and .../checked:on
-//   invariant what batch-invariant mode costs (AttentionParams::batch_invariant, stage 04's
-//            going further): decode 64 x 4096 and 4 x 32768 for 04_split_kv,
-//            05_quantized_kv_int8 and engine_sinks (stage 08's sinks in the mode, which the
-//            engine composes), and the mixed batch for the last two, labels .../invariant:off
-//            and .../invariant:on
+//   invariant what batch-invariant mode costs (AttentionParams::batch_invariant,
+//            going_further/batch_invariant.cuh, which the engine runs): decode 64 x 4096 and
+//            4 x 32768 for engine, engine_int8 and engine_sinks, and the mixed batch for the
+//            last two, labels .../invariant:off and .../invariant:on
 //   gptoss   gpt-oss's attention shape (64 q / 8 kv heads, D 64), 64 decodes x 4096 tokens:
 //              layer:full       08_attention_sinks (learned sinks), 04_split_kv beside it
 //              layer:window128  window 128: 08_sinks_window (sinks + 4 sink tokens),
@@ -168,7 +167,7 @@ std::vector<BenchCase> cases() {
       out.push_back(c);
     }
   }
-  const std::vector<std::string> invariant_backends = {"04_split_kv", "05_quantized_kv_int8", "engine_sinks"};
+  const std::vector<std::string> invariant_backends = {"engine", "engine_int8", "engine_sinks"};
   using Decodes = std::vector<std::pair<int, int>>;  // (requests, context)
   for (const auto& [b, len] : kGpu ? Decodes{{64, 4096}, {4, 32768}} : Decodes{{2, 128}, {1, 512}}) {
     for (const bool on : {false, true}) {
@@ -180,7 +179,7 @@ std::vector<BenchCase> cases() {
   }
   for (const bool on : {false, true}) {
     BenchCase c{"invariant", "chunks:2/decodes:30/invariant:" + on_off(on), mixed_chunks_and_decodes(s),
-                kGpu ? 10 : 1, nullptr, false, {"05_quantized_kv_int8", "engine_sinks"}};
+                kGpu ? 10 : 1, nullptr, false, {"engine_int8", "engine_sinks"}};
     c.batch_invariant = on;
     out.push_back(c);
   }

@@ -10,12 +10,14 @@
 //   private  the same batch without share_prefixes: each request has its own
 //            copy of the prefix, as without prefix caching
 // Backends:
-//   07_cascade   stage07::plan(force 1): the prefix pass reads the prefix once for the group
-//   07_plain     stage07::plan(force 0): the same kernels, each request reading the prefix itself
-//   07_auto      stage07::plan(force -1): the cost model (choose_path) picks per group
-//   07_classic   force 1 with stage 03's tiles for the prefix pass (warpgroup_prefix = false), and
-//   07_classic_auto  its cost model: the path before the warpgroup prefix pass ("going further")
-//   04_split_kv  stage 04 on the same batch, for reference
+//   07_cascade      stage07::plan(force 1): the prefix pass (stage 03's tiles) reads the prefix
+//                   once for the group
+//   07_plain        stage07::plan(force 0): the same kernels, each request reading the prefix itself
+//   07_auto         stage07::plan(force -1): the cost model (choose_path) picks per group
+//   engine_cascade  engine::plan_cascade(force 1) + engine::run_cascade: the warpgroup prefix
+//                   pass (going_further/warpgroup_prefix.cuh) and the two-warp suffix tile
+//   engine_auto     the same with force -1: the warpgroup pass's cost model picks per group
+//   04_split_kv     stage 04 on the same batch, for reference
 // Plans are built once per batch, before the timed iterations, as a serving
 // engine plans a step.
 //
@@ -23,10 +25,10 @@
 //   cascade_grid  Qwen3-8B shape (32 q / 8 kv heads, D 128), shared layout:
 //                 P in {128, 512, 2048, 4000, 16384} x B in {8, 64, 256} x S in {1, 128, 512}
 //   cascade_main  64 requests sharing a 4000-token prefix, S in {1, 128, 512}, in the
-//                 Qwen3-8B shape and an MHA shape (32 q / 32 kv heads, D 128); 07_cascade
-//                 and 07_auto on the shared layout, 04_split_kv on both
+//                 Qwen3-8B shape and an MHA shape (32 q / 32 kv heads, D 128); engine_cascade,
+//                 engine_auto and 07_cascade on the shared layout, 04_split_kv on both
 //   cascade_fit   the MHA shape at B = 64, P in {512, 2048, 4000, 16384} x S in {1, 128, 512},
-//                 07_cascade only: with cascade_grid, what plot_cascade.py's time model fits
+//                 engine_cascade only: with cascade_grid, what plot_cascade.py's time model fits
 // Names: family/backend/shape:S[/layout:L]/P:n/B:n/S:n, e.g.
 //   cascade_grid/07_cascade/shape:qwen3/P:4000/B:64/S:128
 //   cascade_main/04_split_kv/shape:mha/layout:private/P:4000/B:64/S:128
@@ -45,7 +47,7 @@
 //   plain_read_fraction   (median time of a plain streaming read of kv_bytes, same
 //                    method) / ms_median: the floor plus a launch and its ramp-up
 //   prefix_len, batch, suffix_len
-//   cascaded_groups  07_* only: groups the plan put on the cascade path (of num_groups = 1)
+//   cascaded_groups  07_* and engine_* only: groups the plan put on the cascade path (of num_groups = 1)
 // Each benchmark builds its own batch; the cache is allocated at the private
 // layout's size either way (share_prefixes only redirects block tables), and a
 // batch whose device memory would pass kMaxDeviceBytes is skipped with the reason.
@@ -62,6 +64,7 @@
 #include "common/device_batch.h"
 #include "common/problem.h"
 #include "common/stages.h"
+#include "engine/engine.h"
 #include "probe.h"
 #include "timed_steps.h"
 
@@ -100,21 +103,21 @@ Shape mha() { return kGpu ? Shape{"mha", 32, 32} : Shape{"mha", 2, 2}; }
 
 enum class Runner {
   stage07,  // stage07::plan with `force`, then stage07::forward
+  engine,   // engine::plan_cascade with `force`, then engine::run_cascade
   stage04,  // stage04::forward on the same batch
 };
 
 struct Variant {
   std::string name;
   Runner runner;
-  int force;              // stage07::plan's force: 1 cascade, 0 plain, -1 cost model
-  bool warpgroup = true;  // stage07::plan's warpgroup_prefix
+  int force;  // the plan's force: 1 cascade, 0 plain, -1 cost model
 };
 
 const Variant k07Cascade{"07_cascade", Runner::stage07, 1};
 const Variant k07Plain{"07_plain", Runner::stage07, 0};
 const Variant k07Auto{"07_auto", Runner::stage07, -1};
-const Variant k07Classic{"07_classic", Runner::stage07, 1, false};          // stage 03's prefix tiles
-const Variant k07ClassicAuto{"07_classic_auto", Runner::stage07, -1, false};  // and the model of that path
+const Variant kEngineCascade{"engine_cascade", Runner::engine, 1};
+const Variant kEngineAuto{"engine_auto", Runner::engine, -1};
 const Variant k04SplitKv{"04_split_kv", Runner::stage04, 0};
 
 struct Cell {
@@ -159,10 +162,13 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
   db.set_checked(false);  // the launches as a serving step runs them (bench_attention's family checked has the cost)
   const AttentionParams params = db.params();
   stage07::Cascade plan;
-  if (v.runner == Runner::stage07) plan = stage07::plan(params, p.meta, groups, v.force, v.warpgroup);
+  if (v.runner == Runner::stage07) plan = stage07::plan(params, p.meta, groups, v.force);
+  if (v.runner == Runner::engine) plan = engine::plan_cascade(params, p.meta, groups, v.force);
   auto step = [&] {
     if (v.runner == Runner::stage07) {
       stage07::forward(params, plan);
+    } else if (v.runner == Runner::engine) {
+      engine::run_cascade(plan, params);
     } else {
       stage04::forward(params);
     }
@@ -215,7 +221,7 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
     for (int B : batches) {
       for (int S : suffixes) {
         const Cell cell{"cascade_grid", qwen3(), /*shared=*/true, /*name_layout=*/false, P, B, S, grid_iters};
-        for (const Variant& v : {k07Cascade, k07Plain, k07Auto, k07Classic, k07ClassicAuto, k04SplitKv}) {
+        for (const Variant& v : {k07Cascade, k07Plain, k07Auto, kEngineCascade, kEngineAuto, k04SplitKv}) {
           out.push_back({v, cell});
         }
       }
@@ -226,7 +232,7 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
   // the main case's B across the prefix lengths the grid fits over.
   for (int P : kGpu ? std::vector<int>{512, 2048, 4000, 16384} : std::vector<int>{64}) {
     for (int S : suffixes) {
-      out.push_back({k07Cascade, Cell{"cascade_fit", mha(), true, false, P, kGpu ? 64 : 4, S, grid_iters}});
+      out.push_back({kEngineCascade, Cell{"cascade_fit", mha(), true, false, P, kGpu ? 64 : 4, S, grid_iters}});
     }
   }
   const int main_P = kGpu ? 4000 : 64, main_B = kGpu ? 64 : 4;
@@ -235,7 +241,7 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
       const Cell shared{"cascade_main", shape, true, true, main_P, main_B, S, main_iters};
       Cell priv = shared;
       priv.shared = false;
-      for (const Variant& v : {k07Cascade, k07Auto, k07Classic, k04SplitKv}) out.push_back({v, shared});
+      for (const Variant& v : {kEngineCascade, kEngineAuto, k07Cascade, k04SplitKv}) out.push_back({v, shared});
       out.push_back({k04SplitKv, priv});
     }
   }

@@ -56,8 +56,13 @@ function(pa_add_stage stage)
     set(gen_dir ${CMAKE_BINARY_DIR}/generated_skeletons)
     set(generated)
     foreach(f IN LISTS solution_files)
-      get_filename_component(name ${f} NAME)
-      list(APPEND generated ${gen_dir}/${stage}/${name})
+      # make_skeletons.py writes only the files with markers (the learner's).
+      file(READ ${f} text)
+      string(FIND "${text}" "//@" marker)
+      if(marker GREATER -1)
+        get_filename_component(name ${f} NAME)
+        list(APPEND generated ${gen_dir}/${stage}/${name})
+      endif()
     endforeach()
     add_custom_command(
       OUTPUT ${generated}

@@ -14,7 +14,9 @@ PA_CHECK_TODOS call, which solutions do not pay for).
 
 In the skeleton the block becomes `// TODO 3: ...` followed by the placeholder,
 which must keep the kernel safe to run and call PA_TODO(3) / PA_TODO_HOST(3, ...).
-So `diff -r steps/NN solutions/NN` shows only the TODO blocks.
+So `diff -r steps/NN solutions/NN` shows only the TODO blocks. A solution file
+with no marker at all is not copied: steps/ holds only the files a learner
+edits, and those include the rest from solutions/.
 
     python3 cmake/make_skeletons.py                # rewrite steps/ from solutions/
     python3 cmake/make_skeletons.py --check        # fail if steps/ is stale (CI runs this)
@@ -132,6 +134,15 @@ def main():
                 problems.append(str(e))
                 continue
             all_todos += todos
+            if "//@" not in src.read_text():
+                # Nothing for the learner to write here: the skeleton's files
+                # include this one from solutions/, so steps/ holds no copy.
+                if args.out:
+                    continue
+                if (steps_dir / src.name).exists():
+                    stale.append(f"  steps/{stage.name}/{src.name} (remove it: it has no TODO, and "
+                                 f"the stage includes solutions/{stage.name}/{src.name})")
+                continue
             if args.out:
                 dst = args.out / stage.name / src.name
                 dst.parent.mkdir(parents=True, exist_ok=True)

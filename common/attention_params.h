@@ -95,9 +95,10 @@ struct AttentionParams {
   // Costs one small kernel and a host sync per launch; off, the device metadata is trusted as it
   // stands (a bad block id reads out of bounds).
   bool checked = false;
-  // Batch-invariant mode (stage 04's "going further"): each request's out and lse are bitwise the
-  // same whatever batch it runs in. Stages 04, 05, 06 and 08 honour it (01 and 02 are invariant
-  // anyway); 03 and 07 refuse it.
+  // Batch-invariant mode (going_further/batch_invariant.cuh): each request's out and lse are
+  // bitwise the same whatever batch it runs in. The engine (engine/engine.h) runs it for every
+  // format, window and sink; stages 01 and 02 are invariant anyway; stages 03-08 refuse it,
+  // naming the engine, and so does a cascade (its prefix pass serves a whole group).
   bool batch_invariant = false;
 };
 

@@ -71,9 +71,10 @@ namespace stage05 {
 // -1 = skip). kv.format must be int8 or fp8_e4m3.
 void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping, int num_tokens,
               cudaStream_t stream = nullptr);
-// Attention over a cache of any format (bf16, int8, fp8_e4m3), dequantized in
-// registers: decode-only batches that stage 04's plan splits run the split path,
-// everything else stage 03's tiles. No sliding window (stage 06), no sinks.
+// Attention over an int8 or fp8_e4m3 cache, dequantized in registers: decode-only
+// batches that stage 04's plan splits run the split path, everything else whole
+// query tiles. bf16 caches are stage 04's (or the engine's); no sliding window
+// (stage 06), no sinks, no batch-invariant mode: the engine composes those.
 void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 // num_splits 0 = as above; 1..64 forces the split path with that many splits
 // (decode-only batches; for tests).
@@ -123,7 +124,7 @@ struct Cascade {
   int num_prefix_splits = 1;    // the prefix pass cuts each prefix into this many key ranges
   int prefix_keys_per_split = 0;
   int max_own_keys = 0;         // the most keys a request reads in the suffix pass (its suffix, or all when plain)
-  bool warpgroup_prefix = false;  // the prefix pass runs stage 07's warpgroup (wgmma) kernel: bf16, head_dim <= 128
+  bool warpgroup_prefix = false;  // planned for the engine's warpgroup (wgmma) prefix pass (engine::plan_cascade)
   DeviceBuffer<bf16> q;                 // [num_tokens, Hq, D]  the cascaded queries, gathered group by group
   DeviceBuffer<int> gather_rows;        // [num_tokens]         batch row of each gathered query
   DeviceBuffer<int> query_start_loc;    // [num_groups + 1]     gathered rows of each group
@@ -141,17 +142,29 @@ struct Cascade {
 // no members or no prefix, a member listed twice or in two groups, a request index out of range, a
 // member whose table does not start with the group's blocks, a prefix that reaches into a member's
 // new tokens (prefix_len > seq_len - q_len), a sliding window (not supported with cascade).
-// Sinks are accepted here and refused by forward(); stage08::forward(p, cascade) runs them.
-// warpgroup_prefix: allow stage 07's warpgroup prefix pass (its "going further") where it serves the
-// batch; false keeps stage 03's tiles for the prefix (both are tested).
+// Sinks are accepted here and refused by forward(); engine::run_cascade runs them.
+// prefix_pass: another kernel for the prefix pass (the engine's, engine::plan_cascade); nullptr =
+// this stage's own, stage 03's tiles.
+struct PrefixPassModel;
 Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
-             int force = -1, bool warpgroup_prefix = true);
+             int force = -1, const PrefixPassModel* prefix_pass = nullptr);
 // The cost model alone (no device work): the path a group of `members` requests sharing
 // `prefix_len` positions would take, each with `queries` query tokens and `suffix_len`
-// positions after the prefix, on a device with num_sms SMs.
-// warpgroup_prefix: time the warpgroup prefix pass where it serves the batch (plan()'s default).
-Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms,
-                 bool warpgroup_prefix = true);
+// positions after the prefix, on a device with num_sms SMs, with stage 03's tiles for the prefix.
+Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms);
+
+// A GQA-packed tile as the cost model sees it: its rows, and how many programs share an SM.
+struct TileShape {
+  int rows, per_sm;
+};
+// What plan() needs to know of another prefix pass: whether it serves the batch,
+// the tile it runs for a group's rows (the prefix splits are sized for it), and
+// its cost model's verdict for one group (choose_path's arguments).
+struct PrefixPassModel {
+  bool (*serves)(const AttentionParams& p);
+  TileShape (*tile)(int group_rows);
+  Path (*choose)(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms);
+};
 // Attention over any batch of bf16, int8 or fp8_e4m3 caches with the plan's groups.
 void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream = nullptr);
 }  // namespace stage07

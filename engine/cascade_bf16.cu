@@ -1,9 +1,24 @@
-// The engine's cascade for bf16 caches (stage 04's two-warp decode tile for the suffix pass), with and without learned sinks.
+// The engine's cascade for bf16 caches: the warpgroup prefix pass where the plan
+// was made for it, the two-warp decode tile for the suffix pass; with and
+// without learned sinks. engine::plan_cascade lives here, beside the pass it plans for.
 #include "compose_cascade.cuh"
-#include "solutions/04_split_kv/split_kv_warps.cuh"
+#include "going_further/two_warp_decode.cuh"
 
-namespace pa::engine::detail {
+namespace pa::engine {
+namespace detail {
 void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
-  run_cascade_tiles<stage04::Bf16SplitTiles>(p, c, stream);
+  run_cascade_tiles<further::Bf16SplitTiles, true>(p, c, stream);
 }
-}  // namespace pa::engine::detail
+}  // namespace detail
+
+stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
+                              int force) {
+  return stage07::plan(p, meta, groups, force, &further::WARPGROUP_PREFIX_PASS);
+}
+
+stage07::Path cascade_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,
+                           int num_sms) {
+  const auto& wg = further::WARPGROUP_PREFIX_PASS;
+  return (wg.serves(p) ? wg.choose : stage07::choose_path)(p, members, prefix_len, queries, suffix_len, num_sms);
+}
+}  // namespace pa::engine

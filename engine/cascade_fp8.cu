@@ -4,6 +4,6 @@
 
 namespace pa::engine::detail {
 void cascade_fp8(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
-  run_cascade_tiles<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(p, c, stream);
+  run_cascade_tiles<stage05::QuantizedTiles<KvFormat::fp8_e4m3>, false>(p, c, stream);
 }
 }  // namespace pa::engine::detail

@@ -4,6 +4,6 @@
 
 namespace pa::engine::detail {
 void cascade_int8(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
-  run_cascade_tiles<stage05::QuantizedTiles<KvFormat::int8>>(p, c, stream);
+  run_cascade_tiles<stage05::QuantizedTiles<KvFormat::int8>, false>(p, c, stream);
 }
 }  // namespace pa::engine::detail

@@ -11,7 +11,7 @@
 #include "compose.h"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
-#include "solutions/04_split_kv/split_kv_invariant.cuh"
+#include "going_further/batch_invariant.cuh"
 #include "solutions/06_sliding_window/sliding_window.cuh"
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
 
@@ -69,11 +69,11 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
       }
       return;
     case Path::invariant:
-      stage04::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);
+      further::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);
       if constexpr (SINK_TOKENS) {
-        stage04::launch_invariant_splits<Tiles, Mask>(p, pk, sink_token_splits(l, pk), l.stream, adapt);
+        further::launch_invariant_splits<Tiles, Mask>(p, pk, sink_token_splits(l, pk), l.stream, adapt);
       } else {
-        stage04::launch_invariant_splits<Tiles, Mask>(p, pk, plan_splits(l), l.stream, adapt);
+        further::launch_invariant_splits<Tiles, Mask>(p, pk, plan_splits(l), l.stream, adapt);
       }
       return;
   }

@@ -1,25 +1,27 @@
-// How the engine composes stage 07's cascade with a tile family and stage 08's
-// learned sinks (added to each row's own suffix partial by the suffix pass).
+// How the engine composes stage 07's cascade with a tile family, the warpgroup
+// prefix pass (bf16) and stage 08's learned sinks (added to each row's own
+// suffix partial by the suffix pass).
 #pragma once
 
 #include <algorithm>
 
 #include "compose.h"
+#include "going_further/warpgroup_prefix.cuh"
 #include "solutions/07_cascade/cascade.cuh"
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
 
 namespace pa::engine::detail {
 namespace {
 
-template <class Tiles>
+template <class Tiles, bool WARPGROUP>
 void run_cascade_tiles(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
   const stage03::Packing pk = stage03::checked_packing(p, "engine");
   // Split decodes cut the keys of the suffix pass: each request's own keys.
   const int span = std::max(1, c.max_own_keys);
   if (p.sinks != nullptr) {
-    stage07::forward_with<Tiles>(p, pk, c, span, stream, stage08::AddSinks{p.sinks});
+    further::forward_cascade<Tiles, WARPGROUP>(p, pk, c, span, stream, stage08::AddSinks{p.sinks});
   } else {
-    stage07::forward_with<Tiles>(p, pk, c, span, stream);
+    further::forward_cascade<Tiles, WARPGROUP>(p, pk, c, span, stream);
   }
 }
 

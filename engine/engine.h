@@ -49,7 +49,7 @@ enum class Path : uint8_t {
   whole_tiles,        // stage 03: one program per (query tile, KV head, request) over its whole context
   splits,             // stage 04: decodes, each context cut into splits, then the merge
   sink_token_splits,  // stage 08: decodes with sink tokens, split 0 the sink tokens, then the window's splits
-  invariant,          // stage 04's batch-invariant mode: fixed-size splits for decodes, 128-row tiles for the rest
+  invariant,          // batch-invariant mode (going_further/batch_invariant.cuh): fixed-size splits for decodes, 128-row tiles for the rest
 };
 const char* name(Path path);
 
@@ -97,11 +97,20 @@ void run(const Plan& plan, const AttentionParams& p, void* workspace, size_t wor
 // Cascade attention (stage 07) for a batch whose requests share prefixes,
 // composed with any cache format and learned sinks (stage 08: the sink joins
 // each row's own suffix partial, never a prefix partial). `cascade` is
-// stage07::plan()'s for this batch: made once per batch on the host, it owns
+// plan_cascade()'s (or stage07::plan()'s) for this batch: made once per batch on the host, it owns
 // the gathered queries and the prefix partials it needs, so this call
 // allocates nothing. No window and no sink tokens (stage 07 refuses windows),
 // no batch-invariant mode (a prefix pass serves a whole group).
 void run_cascade(const stage07::Cascade& cascade, const AttentionParams& p, cudaStream_t stream = nullptr);
+// stage07::plan() with the engine's prefix pass: the warpgroup (wgmma) kernel
+// of going_further/warpgroup_prefix.cuh and its cost model where it serves
+// (bf16, head_dim <= 128), stage 03's tiles elsewhere. force as stage07::plan's.
+stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
+                              int force = -1);
+// The cost model plan_cascade() asks for one group (stage07::choose_path's
+// arguments): the warpgroup pass's where it serves p, else stage 07's.
+stage07::Path cascade_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,
+                           int num_sms);
 
 // plan() + a workspace of its own + run(), for one call: tests and one-off use,
 // not a serving loop (it allocates).

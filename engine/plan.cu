@@ -11,7 +11,7 @@
 #include "compose.h"
 #include "solutions/03_gqa_packing/gqa_shapes.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
-#include "solutions/04_split_kv/split_kv_invariant.cuh"
+#include "going_further/batch_invariant.cuh"
 #include "solutions/06_sliding_window/sliding_window.cuh"
 
 namespace pa::engine {
@@ -115,11 +115,11 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
   size_t rows = static_cast<size_t>(b.num_tokens);  // partial rows per split: by token, or by request
   if (p.batch_invariant) {
     PA_REQUIRE(options.num_splits == 0, "engine::plan: batch-invariant mode cuts every context into splits of " +
-                                            str(stage04::INVARIANT_KEYS_PER_SPLIT) +
+                                            str(further::INVARIANT_KEYS_PER_SPLIT) +
                                             " keys whatever the batch; num_splits must be 0 (automatic)");
     pl.path = Path::invariant;
-    pl.num_splits = (p.sink_tokens > 0 ? 1 : 0) + stage04::invariant_plan(pl.span_keys, block).num_splits;
-    pl.keys_per_split = stage04::INVARIANT_KEYS_PER_SPLIT;
+    pl.num_splits = (p.sink_tokens > 0 ? 1 : 0) + further::invariant_plan(pl.span_keys, block).num_splits;
+    pl.keys_per_split = further::INVARIANT_KEYS_PER_SPLIT;
     rows = static_cast<size_t>(b.num_requests);
   } else if (decode && p.sink_tokens > 0) {
     const stage04::SplitPlan sp = split_plan();

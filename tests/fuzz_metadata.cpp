@@ -319,7 +319,7 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
       default:
         if (in.one_in(2)) {
           label = 9;  // the engine's cascade: stage 08's sinks over stage 07's plan
-          engine::run_cascade(stage07::plan(params, p.meta, groups, force), params);
+          engine::run_cascade(engine::plan_cascade(params, p.meta, groups, force), params);
         } else {
           stage08::forward(params, nullptr, num_splits);
         }

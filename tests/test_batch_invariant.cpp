@@ -1,12 +1,12 @@
-// Batch-invariant mode (AttentionParams::batch_invariant, stage 04's going
-// further): a request's out and lse must be the same bits alone and inside any
+// Batch-invariant mode (AttentionParams::batch_invariant,
+// going_further/batch_invariant.cuh): a request's out and lse must be the same bits alone and inside any
 // batch. Each test draws batches from a fixed seed, each holding a target
 // request (a decode or a query block of several tokens) among other decodes,
 // prefill chunks, empty requests and padding rows, with tight or loose host
 // bounds; the target alone is the same request over the same cache (its own
-// blocks), and both runs are compared with memcmp. Stages 04 and 05 and the
-// engine (which composes it with windows and sinks) honour the mode; 01 and 02
-// are invariant as they stand; 03, 06, 07 and 08 refuse it.
+// blocks), and both runs are compared with memcmp. The engine honours the mode
+// for every format, window and sink; 01 and 02 are invariant as they stand;
+// stages 03-08 refuse it, naming the engine, which composes it.
 // Without the mode the same batches are also run, and the differences only
 // printed: they are what the mode removes.
 #include <algorithm>
@@ -199,8 +199,6 @@ const StageForward kStage01 = [](const Problem& p, const AttentionParams& a) {
   stage01::forward(a, p.meta, ws);
 };
 const StageForward kStage02 = [](const Problem&, const AttentionParams& a) { stage02::forward(a); };
-const StageForward kStage04 = [](const Problem&, const AttentionParams& a) { stage04::forward(a); };
-const StageForward kStage05 = [](const Problem&, const AttentionParams& a) { stage05::forward(a); };
 // Sinks with the mode are composed by the engine (stage 08 runs sinks alone).
 const StageForward kEngine = [](const Problem&, const AttentionParams& a) { engine::forward(a); };
 
@@ -211,22 +209,22 @@ std::vector<InvariantCase> cases() {
   const auto int8 = [](AttentionConfig& c) { c.kv_format = KvFormat::int8; };
   const auto fp8 = [](AttentionConfig& c) { c.kv_format = KvFormat::fp8_e4m3; };
   return {
-      // Stage 04: decode batches only.
-      {"Stage04_Decode", small, kStage04, {{1, 300}, 6, 600, false}, 10, 101},
-      {"Stage04_DecodeTwoSplits", small, kStage04, {{1, 2500}, 3, 4500, false}, 4, 102},
-      {"Stage04_Group3_Block1", config(6, 2, 64, 1), kStage04, {{1, 200}, 4, 400, false}, 4, 103},
-      {"Stage04_Group8_D128", config(16, 2, 128, 16), kStage04, {{1, 150}, 4, 300, false}, 4, 104},
-      {"Stage04_Group32", config(32, 1, 64, 16), kStage04, {{1, 150}, 4, 300, false}, 4, 105},  // the 128-row tile
-      {"Stage04_D96", config(8, 2, 96, 16), kStage04, {{1, 2200}, 3, 2600, false}, 4, 106},  // padded tile rows
-      // Stage 05: any batch, any format.
-      {"Stage05_Bf16_Decode", small, kStage05, {{1, 250}, 5, 500, true}, 8, 111},
-      {"Stage05_Bf16_Prefill", small, kStage05, {{12, 200}, 5, 500, true}, 8, 112},
-      {"Stage05_Bf16_VerifyBlock", small, kStage05, {{3, 90}, 5, 300, true}, 8, 113},
-      {"Stage05_Int8_Decode", with(small, int8), kStage05, {{1, 250}, 5, 500, true}, 8, 114},
-      {"Stage05_Int8_Prefill", with(small, int8), kStage05, {{20, 140}, 5, 400, true}, 8, 115},
-      {"Stage05_Fp8_Decode", with(small, fp8), kStage05, {{1, 2100}, 3, 3000, true}, 4, 116},
-      {"Stage05_Fp8_Prefill", with(small, fp8), kStage05, {{7, 100}, 5, 300, true}, 8, 117},
-      {"Stage05_Int8_D96_Decode", with(config(8, 2, 96, 16), int8), kStage05, {{1, 250}, 5, 500, true}, 4, 118},
+      // bf16 decode batches (the cases of stage 04's split plan).
+      {"Engine_Bf16_Decode", small, kEngine, {{1, 300}, 6, 600, false}, 10, 101},
+      {"Engine_Bf16_DecodeTwoSplits", small, kEngine, {{1, 2500}, 3, 4500, false}, 4, 102},
+      {"Engine_Bf16_Group3_Block1", config(6, 2, 64, 1), kEngine, {{1, 200}, 4, 400, false}, 4, 103},
+      {"Engine_Bf16_Group8_D128", config(16, 2, 128, 16), kEngine, {{1, 150}, 4, 300, false}, 4, 104},
+      {"Engine_Bf16_Group32", config(32, 1, 64, 16), kEngine, {{1, 150}, 4, 300, false}, 4, 105},  // the 128-row tile
+      {"Engine_Bf16_D96", config(8, 2, 96, 16), kEngine, {{1, 2200}, 3, 2600, false}, 4, 106},  // padded tile rows
+      // Any batch, any format (the cases of stage 05's formats).
+      {"Engine_Bf16_DecodeAmongPrefills", small, kEngine, {{1, 250}, 5, 500, true}, 8, 111},
+      {"Engine_Bf16_PrefillAmongDecodes", small, kEngine, {{12, 200}, 5, 500, true}, 8, 112},
+      {"Engine_Bf16_VerifyBlock", small, kEngine, {{3, 90}, 5, 300, true}, 8, 113},
+      {"Engine_Int8_Decode", with(small, int8), kEngine, {{1, 250}, 5, 500, true}, 8, 114},
+      {"Engine_Int8_Prefill", with(small, int8), kEngine, {{20, 140}, 5, 400, true}, 8, 115},
+      {"Engine_Fp8_Decode", with(small, fp8), kEngine, {{1, 2100}, 3, 3000, true}, 4, 116},
+      {"Engine_Fp8_Prefill", with(small, fp8), kEngine, {{7, 100}, 5, 300, true}, 8, 117},
+      {"Engine_Int8_D96_Decode", with(config(8, 2, 96, 16), int8), kEngine, {{1, 250}, 5, 500, true}, 4, 118},
       // Windows with the mode (stage 06's mask), which the engine composes.
       {"Engine_Window64_Decode", with(small, [](AttentionConfig& c) { c.window = 64; }), kEngine,
        {{1, 400}, 5, 600, true}, 8, 121},
@@ -285,19 +283,21 @@ INSTANTIATE_TEST_SUITE_P(Stages, BatchInvariant, testing::ValuesIn(cases()),
 
 // The plans report the mode's splits: fixed in keys, whatever the batch.
 TEST(BatchInvariantPlan, SplitsAreFixedInKeys) {
+  const auto plan = [](const AttentionParams& p) {
+    return engine::plan(p, engine::bounds_of(p.batch), engine::Options{.num_sms = 132});
+  };
   for (const int requests : {1, 4, 64}) {
     AttentionParams p = decode_plan_sizes(requests, 4096);
     p.batch_invariant = true;
-    const stage04::SplitPlan sp = stage04::plan(p, 132);
+    const engine::Plan sp = plan(p);
     EXPECT_EQ(sp.num_splits, 2) << requests << " requests x 4096 keys";
-    EXPECT_EQ(sp.blocks_per_split * p.kv.block_size, 2048);
+    EXPECT_EQ(sp.keys_per_split, 2048);
     p.batch.max_seq_len = 32768;
-    EXPECT_EQ(stage04::plan(p, 132).num_splits, 16);
+    EXPECT_EQ(plan(p).num_splits, 16);
     p.batch.max_seq_len = 1 << 20;  // past MAX_SPLITS x 2048 keys: the mode has no such limit
-    EXPECT_EQ(stage04::plan(p, 132).num_splits, 512);
+    EXPECT_EQ(plan(p).num_splits, 512);
     p.window = 4096;
-    EXPECT_EQ(engine::plan(p, engine::bounds_of(p.batch), engine::Options{.num_sms = 132}).num_splits, 3)
-        << "the window's span: 4096 + 15 keys";
+    EXPECT_EQ(plan(p).num_splits, 3) << "the window's span: 4096 + 15 keys";
   }
 }
 
@@ -309,8 +309,8 @@ TEST(BatchInvariantPlan, MoreThanMaxSplitsOfTheAutomaticPlan) {
   DeviceBatch db(p);
   AttentionParams a = db.params();
   a.batch_invariant = true;
-  stage04::forward(a);
-  expect_device_matches_oracle(p, db, "stage 04, batch-invariant, 65 splits", reference_attention(p));
+  engine::forward(a);
+  expect_device_matches_oracle(p, db, "engine, batch-invariant, 65 splits", reference_attention(p));
 }
 
 // A forced split count would cut the contexts by the batch again: refused.
@@ -320,21 +320,32 @@ TEST(BatchInvariantPlan, ForcedSplitCountsAreRefused) {
   AttentionParams a = db.params();
   a.batch_invariant = true;
   const std::string why = "batch-invariant mode cuts every context into splits of 2048 keys";
-  expect_error([&] { stage04::forward(a, nullptr, 3); }, why);
-  expect_error([&] { stage05::forward(a, nullptr, 3); }, why);
   expect_error([&] { engine::forward(a, nullptr, engine::Options{.num_splits = 3}); }, why);
   a.window = 32;
   a.sink_tokens = 4;
   expect_error([&] { engine::forward(a, nullptr, engine::Options{.num_splits = 3}); }, why);
 }
 
-// Stage 03's tile follows the batch, and stage 07's prefix pass the group: both refuse the mode.
-TEST(BatchInvariantRefused, Stage03AndStage07) {
+// Stage 03's tile follows the batch, and stage 07's prefix pass the group;
+// stages 04-06 and 08 teach their own idea and leave the mode to the engine.
+TEST(BatchInvariantRefused, StagesNameTheEngine) {
   const Problem p = make_problem(config(8, 2, 64, 16), milestone_requests(), {.seed = 2});
   DeviceBatch db(p);
   AttentionParams a = db.params();
   a.batch_invariant = true;
   expect_error([&] { stage03::forward(a); }, "stage 03 has no batch-invariant mode");
+  expect_error([&] { stage04::forward(a); }, "stage 04 has no batch-invariant mode of its own; the engine");
+  expect_error([&] { stage06::forward(a); }, "stage 06 has no batch-invariant mode of its own; the engine");
+  expect_error([&] { stage08::forward(a); }, "the engine");
+  {
+    AttentionConfig int8 = config(8, 2, 64, 16);
+    int8.kv_format = KvFormat::int8;
+    const Problem q = make_problem(int8, milestone_requests(), {.seed = 2});
+    DeviceBatch dq(q);
+    AttentionParams b = dq.params();
+    b.batch_invariant = true;
+    expect_error([&] { stage05::forward(b); }, "stage 05 has no batch-invariant mode of its own; the engine");
+  }
   a.batch_invariant = false;
   const stage07::Cascade c = stage07::plan(a, p.meta, {}, -1);
   a.batch_invariant = true;
@@ -354,7 +365,7 @@ TEST(BatchInvariantOracle, MixedBatchesMatchTheOracle) {
   int8.kv_format = KvFormat::int8;
   const std::vector<RequestShape> mixed = {{0, 0}, {1, 2300}, {17, 60}, {1, 1}, {3, 3}, {1, 130}};
   const std::vector<std::pair<std::string, StageForward>> stages = {
-      {"stage 05", kStage05}, {"engine", kEngine}};
+      {"engine", kEngine}};
   for (const AttentionConfig& cfg : {small, int8, sinks}) {
     const Problem p = make_problem(cfg, mixed, {.seed = 13, .padding_rows = 2});
     for (const auto& [name, forward] : stages) {

@@ -23,6 +23,7 @@ struct StageRun {
   std::string name;
   bool decodes_only;  // serves decode-only batches only (stage 04)
   std::function<void(const Problem&, const AttentionParams&)> forward;
+  KvFormat format = KvFormat::bf16;  // the cache it reads (stage 05: 8-bit only)
 };
 
 std::vector<StageRun> stage_runs() {
@@ -32,7 +33,7 @@ std::vector<StageRun> stage_runs() {
       {"stage 02", false, [](const Problem&, const AttentionParams& a) { stage02::forward(a); }},
       {"stage 03", false, [](const Problem&, const AttentionParams& a) { stage03::forward(a); }},
       {"stage 04", true, [](const Problem&, const AttentionParams& a) { stage04::forward(a); }},
-      {"stage 05", false, [](const Problem&, const AttentionParams& a) { stage05::forward(a); }},
+      {"stage 05", false, [](const Problem&, const AttentionParams& a) { stage05::forward(a); }, KvFormat::int8},
       {"stage 06", false, [](const Problem&, const AttentionParams& a) { stage06::forward(a); }},
       {"stage 07", false,
        [](const Problem& p, const AttentionParams& a) {
@@ -43,7 +44,7 @@ std::vector<StageRun> stage_runs() {
       {"engine", false, [](const Problem&, const AttentionParams& a) { engine::forward(a); }},
       {"engine", false,  // its cascade entry point
        [](const Problem& p, const AttentionParams& a) {
-         const stage07::Cascade c = stage07::plan(a, p.meta, {}, /*force=*/-1);
+         const stage07::Cascade c = engine::plan_cascade(a, p.meta, {}, /*force=*/-1);
          engine::run_cascade(c, a);
        }},
   };
@@ -51,10 +52,17 @@ std::vector<StageRun> stage_runs() {
 
 // Decodes (stage 04 serves only those) with a partly filled last block, and a
 // mixed batch; group 4, head_dim 64, blocks of 16.
-Problem decode_batch() { return make_problem(config(8, 2, 64, 16), ragged_decodes(), {.seed = 3, .padding_rows = 2}); }
+AttentionConfig config_in(KvFormat f) {
+  AttentionConfig c = config(8, 2, 64, 16);
+  c.kv_format = f;
+  return c;
+}
+Problem decode_batch(KvFormat f = KvFormat::bf16) {
+  return make_problem(config_in(f), ragged_decodes(), {.seed = 3, .padding_rows = 2});
+}
 // A prefill chunk, a decode at 130, a full prompt, a decode at 70, a short prompt.
-Problem mixed_batch() {
-  return make_problem(config(8, 2, 64, 16), {{16, 40}, {1, 130}, {21, 21}, {1, 70}, {16, 16}}, {.seed = 4});
+Problem mixed_batch(KvFormat f = KvFormat::bf16) {
+  return make_problem(config_in(f), {{16, 40}, {1, 130}, {21, 21}, {1, 70}, {16, 16}}, {.seed = 4});
 }
 
 void write_device_int(int* device_array, size_t index, int value) {
@@ -82,16 +90,16 @@ class BadBlockIds : public testing::TestWithParam<int> {};
 
 TEST_P(BadBlockIds, EveryStageThrowsNamingTheFirstBadEntry) {
   for (const bool mixed : {false, true}) {
-    const Problem p = mixed ? mixed_batch() : decode_batch();
-    const int bad = GetParam() == -2 ? p.num_blocks : GetParam();  // -2 stands for num_blocks
-    // The first bad item: request 1, entry 2 (its context has >= 3 blocks in
-    // both batches). Later ones must not be the one reported: request 1 entry
-    // 3 and request 2 entry 0. An entry no request reads (request 0's spare
-    // column) holds a bad id too and must be ignored.
-    ASSERT_GE(p.meta.seq_lens[1], 3 * p.cfg.block_size + 1);
-    const int mb = p.meta.max_blocks_per_seq;
     for (const StageRun& s : stage_runs()) {
       if (s.decodes_only && mixed) continue;
+      const Problem p = mixed ? mixed_batch(s.format) : decode_batch(s.format);
+      const int bad = GetParam() == -2 ? p.num_blocks : GetParam();  // -2 stands for num_blocks
+      // The first bad item: request 1, entry 2 (its context has >= 3 blocks in
+      // both batches). Later ones must not be the one reported: request 1 entry
+      // 3 and request 2 entry 0. An entry no request reads (request 0's spare
+      // column) holds a bad id too and must be ignored.
+      ASSERT_GE(p.meta.seq_lens[1], 3 * p.cfg.block_size + 1);
+      const int mb = p.meta.max_blocks_per_seq;
       DeviceBatch db(p);
       write_device_int(db.block_table.data(), static_cast<size_t>(mb) - 1, -7);  // request 0's spare entry
       write_device_int(db.block_table.data(), mb + 3, bad);
@@ -161,8 +169,8 @@ std::vector<BadMeta> bad_meta() {
 class CorruptMetadata : public testing::TestWithParam<BadMeta> {};
 
 TEST_P(CorruptMetadata, EveryStageThrowsNamingIt) {
-  const Problem p = decode_batch();
   for (const StageRun& s : stage_runs()) {
+    const Problem p = decode_batch(s.format);
     DeviceBatch db(p);
     AttentionParams a = db.params();
     GetParam().corrupt(p, db, a);
@@ -179,9 +187,9 @@ INSTANTIATE_TEST_SUITE_P(CheckedLaunch, CorruptMetadata, testing::ValuesIn(bad_m
 // q_len, decode_only with a prefill, max_seq_len below a seq_len (a host value
 // that lies is as wrong as a device value that does).
 TEST(CheckedLaunch, HostBoundsThatDoNotBoundAreRefused) {
-  const Problem p = mixed_batch();
   for (const StageRun& s : stage_runs()) {
     if (s.decodes_only) continue;
+    const Problem p = mixed_batch(s.format);
     DeviceBatch db(p);
     SCOPED_TRACE(s.name);
     AttentionParams a = db.params();
@@ -193,6 +201,7 @@ TEST(CheckedLaunch, HostBoundsThatDoNotBoundAreRefused) {
     expect_outputs_untouched(db, s.name);
   }
   // decode_only on a batch with prefills: stage 04 would take it as a decode batch.
+  const Problem p = mixed_batch();
   DeviceBatch db(p);
   AttentionParams a = db.params();
   a.batch.decode_only = true;
@@ -203,9 +212,9 @@ TEST(CheckedLaunch, HostBoundsThatDoNotBoundAreRefused) {
 // On a good batch the outputs are the same bits with the check on and off.
 TEST(CheckedLaunch, GoodBatchesGiveTheSameBitsCheckedOrNot) {
   for (const bool mixed : {false, true}) {
-    const Problem p = mixed ? mixed_batch() : decode_batch();
     for (const StageRun& s : stage_runs()) {
       if (s.decodes_only && mixed) continue;
+      const Problem p = mixed ? mixed_batch(s.format) : decode_batch(s.format);
       SCOPED_TRACE(s.name + (mixed ? ", mixed batch" : ", decode batch"));
       DeviceBatch db(p);
       AttentionParams a = db.params();
@@ -227,13 +236,13 @@ TEST(CheckedLaunch, GoodBatchesGiveTheSameBitsCheckedOrNot) {
 // A request that reads no block (seq_len 0) may hold anything in its row, and
 // a batch with no requests at all passes.
 TEST(CheckedLaunch, EntriesNoRequestReadsAreNotChecked) {
-  const Problem p = make_problem(config(8, 2, 64, 16), {{0, 0}, {1, 40}, {0, 0}}, {.seed = 5, .padding_rows = 1});
-  DeviceBatch db(p);
-  for (int b = 0; b < p.meta.max_blocks_per_seq; ++b) {
-    write_device_int(db.block_table.data(), b, -1);  // request 0: seq_len 0
-    write_device_int(db.block_table.data(), 2 * p.meta.max_blocks_per_seq + b, 1 << 28);  // request 2
-  }
   for (const StageRun& s : stage_runs()) {
+    const Problem p = make_problem(config_in(s.format), {{0, 0}, {1, 40}, {0, 0}}, {.seed = 5, .padding_rows = 1});
+    DeviceBatch db(p);
+    for (int b = 0; b < p.meta.max_blocks_per_seq; ++b) {
+      write_device_int(db.block_table.data(), b, -1);  // request 0: seq_len 0
+      write_device_int(db.block_table.data(), 2 * p.meta.max_blocks_per_seq + b, 1 << 28);  // request 2
+    }
     SCOPED_TRACE(s.name);
     db.poison_outputs();
     s.forward(p, db.params());

@@ -13,6 +13,7 @@
 //    replay against the oracle. On the CPU runtime the capture is its stream
 //    emulation, which also refuses any allocation or synchronisation inside it.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "common/batch_ops.h"
 #include "engine/engine.h"
+#include "tests/cascade_cases.h"
 #include "tests/harness.h"
 #include "tests/sink_cases.h"
 #include "tests/window_cases.h"
@@ -165,7 +167,7 @@ TEST_P(EngineCascade, MatchesOracleAndPlainPath) {
   Problem p = build(k.c, k.sinks);
   const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
   DeviceBatch db(p);
-  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, k.force);
+  const stage07::Cascade plan = engine::plan_cascade(db.params(), p.meta, groups, k.force);
   if (k.force == kCascade) {
     int with_queries = 0;
     for (const PrefixGroup& g : groups) {
@@ -192,13 +194,48 @@ TEST_P(EngineCascade, MatchesOracleAndPlainPath) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineCascade, testing::ValuesIn(cascade_cases()), cascade_case_name);
 
+// Stage 07's cases through the engine's cascade: the warpgroup prefix pass
+// where it serves (bf16, head_dim <= 128), the two-warp suffix tile.
+class EngineStage07Cases : public testing::TestWithParam<CascadeCase> {};
+
+TEST_P(EngineStage07Cases, MatchesOracleAndStage07) {
+  const CascadeCase& k = GetParam();
+  Problem p = make_problem(k.c.cfg, k.c.requests, k.c.opt);
+  const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
+  DeviceBatch db(p);
+  const stage07::Cascade plan = engine::plan_cascade(db.params(), p.meta, groups, k.force);
+  const bool warpgroup_serves = p.cfg.kv_format == KvFormat::bf16 && p.cfg.head_dim <= 128;
+  EXPECT_EQ(plan.warpgroup_prefix, warpgroup_serves)
+      << "the engine plans for the warpgroup prefix pass where it serves: bf16 caches, head_dim <= 128";
+  const std::string label = "case " + k.c.name + " (engine cascade, force " + std::to_string(k.force) +
+                            (plan.warpgroup_prefix ? ", warpgroup prefix pass)" : ", stage 03's prefix tiles)");
+  engine::run_cascade(plan, db.params());
+  expect_device_matches_oracle(p, db, label, reference_attention(p));
+  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label + ": ");
+  if (k.force == kModel) return;  // the two models may choose differently
+  const std::vector<float> out = db.out_host(), lse = db.lse_host();
+  db.poison_outputs();
+  stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, k.force));
+  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against stage 07's own passes");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineStage07Cases, testing::ValuesIn(stage07_cases()), stage07_case_name);
+
+TEST(EngineCascadeLimits, PrefixNearIntMaxIsSplitIn64Bits) {
+  const IntMaxDecodes b;
+  const int prefix_len = INT_MAX - 10;
+  const stage07::Cascade c = engine::plan_cascade(b.params, b.meta, {b.group(prefix_len)}, kCascade);
+  EXPECT_TRUE(c.warpgroup_prefix) << "bf16, head_dim 64: the warpgroup pass's tiles";
+  expect_prefix_split_in_64_bits(c, b, prefix_len);
+}
+
 // A cascade has no window, so sink tokens there would be a request the plan
 // never saw: refused, not ignored.
 TEST(EngineCascadeErrors, RefusesSinkTokens) {
   Problem p = build({"Prefix32", config(8, 2, 64, 16), decodes(2, 32, 1)}, SinkValues::randn);
   const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1}, 32}});
   DeviceBatch db(p);
-  const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
+  const stage07::Cascade plan = engine::plan_cascade(db.params(), p.meta, groups, kCascade);
   AttentionParams params = db.params();
   params.sink_tokens = 4;
   expect_error([&] { engine::run_cascade(plan, params); }, "sink tokens");

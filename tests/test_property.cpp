@@ -83,7 +83,7 @@ std::vector<StageRun> stage_runs(const Draw& d) {
     runs.push_back({"engine cascade, " + std::to_string(d.prefix_groups.size()) + " groups, force " +
                         std::to_string(d.force),
                     [&d](const Problem& p, DeviceBatch& db) {
-                      const stage07::Cascade c = stage07::plan(db.params(), p.meta, d.prefix_groups, d.force);
+                      const stage07::Cascade c = engine::plan_cascade(db.params(), p.meta, d.prefix_groups, d.force);
                       engine::run_cascade(c, db.params());
                     }});
   }

@@ -129,7 +129,7 @@ Record run_case(const XCase& c) {
       case 8: stage08::forward(a, nullptr, c.num_splits); break;
       case 9:  // the engine: what the stages teach apart, composed
         if (!groups.empty()) {
-          engine::run_cascade(stage07::plan(a, p.meta, groups, c.force), a);
+          engine::run_cascade(engine::plan_cascade(a, p.meta, groups, c.force), a);
         } else {
           engine::forward(a, nullptr, engine::Options{.num_splits = c.num_splits});
         }
@@ -183,23 +183,25 @@ std::vector<XCase> all_cases() {
     v.push_back({"decodes_g4_d128_b16_outlier100" + sp, 4, cfg_of(8, 2, 128, 16), long_decodes, n, Keys::outlier100});
   }
 
-  // Stage 05: every cache format; decodes with 1 and 5 splits, the adversarial
-  // keys, and mixed / prefill batches (tiles).
+  // Stage 05: the 8-bit formats; decodes with 1 and 5 splits, the adversarial
+  // keys, and mixed / prefill batches (tiles). The same cases in bf16 run the
+  // engine (stage 9), which serves every format.
   for (F f : {F::bf16, F::int8, F::fp8_e4m3}) {
+    const int st = f == F::bf16 ? 9 : 5;
     const std::string t = std::string("_") + fmt_tag(f);
     for (int n : {1, 5}) {
       const std::string sp = "_s" + std::to_string(n);
-      v.push_back({"decodes_g4_d128_b16" + t + sp, 5, cfg_of(8, 2, 128, 16, f), long_decodes, n});
-      v.push_back({"decodes_g4_d128_b16_outlier100" + t + sp, 5, cfg_of(8, 2, 128, 16, f), long_decodes, n,
+      v.push_back({"decodes_g4_d128_b16" + t + sp, st, cfg_of(8, 2, 128, 16, f), long_decodes, n});
+      v.push_back({"decodes_g4_d128_b16_outlier100" + t + sp, st, cfg_of(8, 2, 128, 16, f), long_decodes, n,
                    Keys::outlier100});
-      v.push_back({"decodes_g4_d128_b16_keys1e4" + t + sp, 5, cfg_of(8, 2, 128, 16, f), long_decodes, n,
+      v.push_back({"decodes_g4_d128_b16_keys1e4" + t + sp, st, cfg_of(8, 2, 128, 16, f), long_decodes, n,
                    Keys::times1e4});
     }
-    v.push_back({"decodes_g8_d256_b1" + t + "_s3", 5, cfg_of(8, 1, 256, 1, f), decodes, 3});
-    v.push_back({"decodes_g1_d64_b16" + t + "_s2", 5, cfg_of(4, 4, 64, 16, f), decodes, 2});
-    v.push_back({"mixed_g4_d128_b16" + t, 5, cfg_of(8, 2, 128, 16, f), small_mixed, 0, Keys::plain, 2});
-    v.push_back({"mixed_g3pad_d64_b16_outlier100" + t, 5, cfg_of(6, 2, 64, 16, f), small_mixed, 0, Keys::outlier100});
-    v.push_back({"prefill_g4_d256_b16_keys1e4" + t, 5, cfg_of(8, 2, 256, 16, f), prefill, 0, Keys::times1e4});
+    v.push_back({"decodes_g8_d256_b1" + t + "_s3", st, cfg_of(8, 1, 256, 1, f), decodes, 3});
+    v.push_back({"decodes_g1_d64_b16" + t + "_s2", st, cfg_of(4, 4, 64, 16, f), decodes, 2});
+    v.push_back({"mixed_g4_d128_b16" + t, st, cfg_of(8, 2, 128, 16, f), small_mixed, 0, Keys::plain, 2});
+    v.push_back({"mixed_g3pad_d64_b16_outlier100" + t, st, cfg_of(6, 2, 64, 16, f), small_mixed, 0, Keys::outlier100});
+    v.push_back({"prefill_g4_d256_b16_keys1e4" + t, st, cfg_of(8, 2, 256, 16, f), prefill, 0, Keys::times1e4});
   }
 
   // Windows, over each format (stage 06: bf16; the engine: 8-bit); decodes split 1 and 5, and mixed tiles.

@@ -23,7 +23,7 @@ void forward(const AttentionParams& p, cudaStream_t stream) {
   const Packing pk = checked_packing(p, "03");
   PA_REQUIRE(!p.batch_invariant,
              "stage 03 has no batch-invariant mode: its tile (16 or 128 rows) follows the batch's longest query, "
-             "so a request's bits depend on its batch; stages 04-06 and 08 have the mode (stage 04, going further)");
+             "so a request's bits depend on its batch; the engine (engine/engine.h) has the mode");
   check_device_batch(p, "stage 03", stream);
   with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() { dispatch_whole_context<HEAD_DIM>(p, pk, stream); });
   clear_padding_rows(p, stream);

@@ -41,7 +41,7 @@
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/todo.cuh"
-#include "gqa_shapes.cuh"
+#include "solutions/03_gqa_packing/gqa_shapes.cuh"  // the shapes: not a file the learner edits
 
 namespace pa::stage03 {
 // Internal linkage: stages 03-06 each instantiate these templates in their own

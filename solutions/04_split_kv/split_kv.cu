@@ -11,8 +11,6 @@
 #include "common/stages.h"
 #include "common/todo.cuh"
 #include "split_kv.cuh"
-#include "split_kv_invariant.cuh"
-#include "split_kv_warps.cuh"
 
 namespace pa::stage04 {
 
@@ -20,10 +18,7 @@ SplitPlan plan_fixed(const AttentionParams& p, int num_splits) {
   return plan_fixed_rule(p.batch.max_seq_len, p.kv.block_size, num_splits);
 }
 
-SplitPlan plan(const AttentionParams& p, int num_sms) {
-  if (p.batch_invariant) return invariant_plan(p.batch.max_seq_len, p.kv.block_size);
-  return plan_rule(p, num_sms, p.batch.max_seq_len);
-}
+SplitPlan plan(const AttentionParams& p, int num_sms) { return plan_rule(p, num_sms, p.batch.max_seq_len); }
 
 void forward(const AttentionParams& p, cudaStream_t stream) { forward(p, stream, 0); }
 
@@ -32,17 +27,14 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
              "stage 04 implements plain causal decode attention: no sliding window, no sinks");
   PA_REQUIRE(p.kv.format == KvFormat::bf16,
              "stage 04 reads bf16 caches; run 8-bit caches through stage 05 (05_quantized_kv)");
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 04 has no batch-invariant mode of its own; the engine (engine/engine.h) runs it "
+             "(going_further/batch_invariant.cuh)");
   const stage03::Packing pk = stage03::checked_packing(p, "04");
   check_device_batch(p, "stage 04", stream);
-  require_invariant_split_request(p, num_splits);
   // This stage serves decodes only, so an automatic request on loose flags reads the q_lens too.
   if (!check_split_request(p, num_splits)) require_decode_batch(p);
-  if (p.batch_invariant) {
-    launch_invariant_splits<Bf16SplitTiles, stage03::CausalMask>(p, pk, invariant_splits(p, p.batch.max_seq_len),
-                                                                  stream);
-  } else {
-    forward_splits<Bf16SplitTiles, stage03::CausalMask>(p, pk, stream, num_splits, p.batch.max_seq_len);
-  }
+  forward_splits<stage03::Bf16Tiles, stage03::CausalMask>(p, pk, stream, num_splits, p.batch.max_seq_len);
   clear_padding_rows(p, stream);
   //@+ PA_CHECK_TODOS("04_split_kv");
 }

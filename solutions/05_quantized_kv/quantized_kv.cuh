@@ -41,7 +41,9 @@
 //  - O's dims are free too: V n-tile i, column n is dim (HEAD_DIM / 8) n + i, so
 //    a lane's bytes of a V row are one contiguous run. The output is put back in
 //    dim order through shared memory at the end.
-#pragma once
+// A named guard, shared by the learner's copy (see quantized_tile.cuh).
+#ifndef PA_STAGE05_QUANTIZED_KV_CUH
+#define PA_STAGE05_QUANTIZED_KV_CUH
 
 #include <cstdint>
 
@@ -191,3 +193,5 @@ struct QuantizedKv {
 
 }  // namespace
 }  // namespace pa::stage05
+
+#endif  // PA_STAGE05_QUANTIZED_KV_CUH

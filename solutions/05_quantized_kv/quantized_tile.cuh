@@ -22,11 +22,13 @@
 #include "common/cp_async_ring.cuh"
 #include "common/online_softmax.cuh"
 #include "common/reduce.cuh"
+// The learner's file. In a build of steps/, the stage's .cu has included the
+// learner's copy first; its include guard (not #pragma once, which goes by the
+// file) then skips this, the solution's, so the tile runs the learner's code.
 #include "quantized_kv.cuh"
 // Stage 05 builds on the reference solutions of stages 03 and 04.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
-#include "solutions/04_split_kv/split_kv_invariant.cuh"
 
 namespace pa::stage05 {
 namespace {
@@ -683,20 +685,6 @@ static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
                   stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 128>() &&
                   stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 256>(),
               "stage 04's PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
-
-// Serves any batch with a tile family and a mask: stage 04's run_splits_or_tiles,
-// and in stage 04's batch-invariant mode its fixed-size splits for decodes and
-// whole 128-row tiles for everything else, whatever the batch.
-template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
-void run_splits_or_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, int num_splits,
-                         int span_keys, const Adapt& adapt = {}) {
-  if (p.batch_invariant) {
-    stage04::require_invariant_split_request(p, num_splits);
-    stage04::forward_invariant<Tiles, Mask>(p, pk, stream, span_keys, adapt);
-    return;
-  }
-  stage04::run_splits_or_tiles<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);
-}
 
 }  // namespace
 }  // namespace pa::stage05

@@ -26,7 +26,7 @@ stage03::Packing validate(const AttentionParams& p) {
              "stage 08 reads bf16 caches; sinks over 8-bit caches run in the engine (engine/engine.h)");
   PA_REQUIRE(!p.batch_invariant,
              "stage 08 has no batch-invariant mode of its own; the engine (engine/engine.h) composes sinks with "
-             "stage 04's batch-invariant mode");
+             "batch-invariant mode (going_further/batch_invariant.cuh)");
   return stage03::checked_packing(p, "08");
 }
 

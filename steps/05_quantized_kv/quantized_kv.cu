@@ -21,8 +21,7 @@
 #include "common/stages.h"
 #include "common/todo.cuh"
 #include "quantized_kv.cuh"
-#include "quantized_tile.cuh"
-#include "solutions/04_split_kv/split_kv_warps.cuh"
+#include "solutions/05_quantized_kv/quantized_tile.cuh"  // the tile itself: not a file the learner edits
 
 namespace pa::stage05 {
 namespace {
@@ -79,6 +78,11 @@ __global__ void __launch_bounds__(32 * WRITE_WARPS)
 stage03::Packing validate(const AttentionParams& p) {
   PA_REQUIRE(p.window == 0 && p.sinks == nullptr,
              "stage 05 implements causal attention over 8-bit caches: no sliding window (stage 06), no sinks");
+  PA_REQUIRE(is_quantized(p.kv.format),
+             "stage 05 reads int8 and fp8_e4m3 caches; a bf16 cache is stage 04's (or the engine's, engine/engine.h)");
+  PA_REQUIRE(!p.batch_invariant,
+             "stage 05 has no batch-invariant mode of its own; the engine (engine/engine.h) composes 8-bit caches "
+             "with it (going_further/batch_invariant.cuh)");
   PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
              std::string("stage 05: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
   return stage03::checked_packing(p, "05");
@@ -113,14 +117,12 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits) {
   using Causal = stage03::CausalMask;
   switch (p.kv.format) {
     case KvFormat::int8:
-      run_splits_or_tiles<QuantizedTiles<KvFormat::int8>, Causal>(p, pk, stream, num_splits, span);
+      stage04::run_splits_or_tiles<QuantizedTiles<KvFormat::int8>, Causal>(p, pk, stream, num_splits, span);
       break;
     case KvFormat::fp8_e4m3:
-      run_splits_or_tiles<QuantizedTiles<KvFormat::fp8_e4m3>, Causal>(p, pk, stream, num_splits, span);
+      stage04::run_splits_or_tiles<QuantizedTiles<KvFormat::fp8_e4m3>, Causal>(p, pk, stream, num_splits, span);
       break;
-    case KvFormat::bf16:  // the baseline, same dispatch
-      run_splits_or_tiles<stage04::Bf16SplitTiles, Causal>(p, pk, stream, num_splits, span);
-      break;
+    case KvFormat::bf16: break;  // refused by validate()
   }
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("05_quantized_kv");

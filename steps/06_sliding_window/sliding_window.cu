@@ -40,7 +40,7 @@ stage03::Packing validate(const AttentionParams& p) {
              "stage 06 reads bf16 caches; windows over 8-bit caches run in the engine (engine/engine.h)");
   PA_REQUIRE(!p.batch_invariant,
              "stage 06 has no batch-invariant mode of its own; the engine (engine/engine.h) composes the window "
-             "with stage 04's batch-invariant mode");
+             "with batch-invariant mode (going_further/batch_invariant.cuh)");
   return stage03::checked_packing(p, "06");
 }
 

@@ -15,10 +15,8 @@
 //    merge before writing the final row (SuffixMerge), so no merge launch is
 //    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and a
 //    merge kernel that folds in the prefix partials (merge_cascade_kernel).
-// Going further (prefix_warpgroup.cuh): the prefix pass on Hopper's warpgroup
-// MMA for bf16 caches, with the suffix pass as its dependent launch
-// (SuffixMergeAfterPrefix), or for some decode batches beside it on a second
-// stream (forward_warpgroup, SuffixPartials).
+// The engine runs the same groups with a warpgroup (wgmma) prefix pass
+// (going_further/warpgroup_prefix.cuh), which reuses these Slices.
 #pragma once
 
 #include <algorithm>
@@ -34,7 +32,6 @@
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
 #include "solutions/05_quantized_kv/quantized_tile.cuh"
-#include "prefix_warpgroup.cuh"
 
 namespace pa::stage07 {
 namespace {
@@ -143,24 +140,6 @@ struct SuffixMerge {
   }
 };
 
-// SuffixMerge for the suffix pass that follows the warpgroup prefix pass in
-// its stream (going further, forward_warpgroup): started as that kernel's
-// dependent launch (launch_for_slice), its programs may take free SM slots
-// while the prefix pass still runs, walk their own keys, and wait for the
-// prefix partials only in the epilogue, where they read them. Every batch row
-// that reads partials waits first, so the pass never ends before the prefix
-// pass has; the merge kernel and the second stream are not needed.
-struct SuffixMergeAfterPrefix : SuffixMerge {
-  static constexpr bool AFTER_PRIOR_GRID = true;
-
-  template <int O_TILES>
-  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
-                                            int half, int t4, float inv_l, float lse) const {
-    wait_for_prior_grid();  // the prefix pass's partials are complete and visible
-    SuffixMerge::store_row(p, q_row, o, half, t4, inv_l, lse);
-  }
-};
-
 // The suffix pass's Slice for decode batches with long suffixes: stage 04's
 // splits, counted from the request's suffix_begin; merge_cascade_kernel then
 // merges them with the prefix partials.
@@ -169,18 +148,6 @@ struct SuffixSplits : stage04::Splits {
 
   __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
     return stage04::Splits::key_range(max(tile_kv_begin, suffix_begin[blockIdx.z]), tile_kv_end);
-  }
-};
-
-// The suffix pass's Slice when it runs beside the prefix pass (decode batches,
-// prefix_warpgroup.cuh): stage 04's splits over the request's own keys, each
-// split a partial, one split included; merge_cascade_kernel merges them all.
-struct SuffixPartials : SuffixSplits {
-  template <int O_TILES>
-  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
-                                            int half, int t4, float inv_l, float lse) const {
-    const size_t part_row = static_cast<size_t>(blockIdx.x) * p.batch.num_tokens * p.num_q_heads + q_row;
-    stage04::store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
   }
 };
 
@@ -286,27 +253,10 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
   stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
 }
 
-// Whether a decode batch's suffix pass should merge the prefix partials in its
-// epilogue, after the warpgroup prefix pass, rather than run beside it with a
-// merge kernel after both. The fused epilogue saves the merge kernel, the
-// second stream's join and a launch, but every program waits there for its
-// rows' prefix partials, 4 splits per round trip (PrefixPartials::merge_into),
-// after its own keys. That pays once: one wave of unsplit suffix programs, and
-// a prefix of at most FUSED_MAX_PREFIX_SPLITS splits (2 round trips). Measured
-// on the H200 (stage README): 2-5 us faster at B = 64 (Qwen3-8B shape); 11 us
-// slower for MHA (2048 one-row programs, four waves) and 7-8 us slower with 8
-// members and 32 prefix splits.
-constexpr int FUSED_MAX_PREFIX_SPLITS = 8;
-inline bool fused_merge_pays(const AttentionParams& p, int suffix_splits, int prefix_splits, int num_sms) {
-  const int programs = p.batch.num_requests * p.kv.num_kv_heads;
-  return suffix_splits == 1 && programs <= stage04::programs_per_sm(p) * num_sms &&
-         prefix_splits <= FUSED_MAX_PREFIX_SPLITS;
-}
-
 // The prefix pass's batch: one "request" per cascaded group, its queries placed
 // after its prefix, read through the prefixes' block tables. q stays the
-// batch's: stage 03's tiles read the gathered copy (forward_with sets it), the
-// warpgroup pass gathers on its own.
+// batch's: stage 03's tiles read the gathered copy (forward_with sets it); a
+// prefix pass that gathers on its own reads q through gather_rows.
 AttentionParams gathered_batch(const AttentionParams& p, const Cascade& c) {
   AttentionParams pg = p;
   pg.out = nullptr;  // the prefix pass writes partials only
@@ -317,62 +267,12 @@ AttentionParams gathered_batch(const AttentionParams& p, const Cascade& c) {
   return pg;
 }
 
-// Going further: the warpgroup prefix pass (prefix_warpgroup.cuh), no gather,
-// then the suffix pass as its dependent launch, merging the prefix partials in
-// its epilogue (SuffixMergeAfterPrefix). Decode batches for which that merge
-// does not pay (fused_merge_pays) run their suffix pass on a second stream
-// beside the prefix pass instead, as partials, and one merge kernel joins both.
-template <int HEAD_DIM, class Tiles, class Adapt>
-void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
-                       cudaStream_t stream, const Adapt& adapt) {
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
-  if (!decode_only || fused_merge_pays(p, sp.num_splits, c.num_prefix_splits, stage04::sm_count())) {
-    launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);
-    // Whole query tiles, as stage 03 launches them. Only a kernel that comes
-    // right after the prefix pass in the same stream may start before it ends.
-    auto to_suffix = [&](const stage03::WholeContext&) {
-      return adapt(SuffixMergeAfterPrefix{{c.suffix_begin.data(), prefix_partials(c)}});
-    };
-    stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
-    return;
-  }
-  SideStream& side = side_stream();
-  PA_CHECK(cudaEventRecord(side.fork, stream));  // the side stream starts after everything before this step
-  PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
-  launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);  // first, so that its large programs find room
-
-  const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
-  stage04::Workspace& ws = stage04::workspace();
-  ws.o.resize(rows * p.kv.head_dim);
-  ws.lse.resize(rows);
-  SuffixPartials slice;
-  static_cast<stage04::Splits&>(slice) =
-      stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
-  slice.suffix_begin = c.suffix_begin.data();
-  const auto adapted = adapt(slice);
-  stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
-    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
-        p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), side.stream);
-  });
-  PA_CHECK(cudaEventRecord(side.join, side.stream));
-  PA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
-  const PrefixPartials prefix = prefix_partials(c);
-  launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream, p,
-         static_cast<const stage04::Splits&>(slice), prefix);
-}
-
 // Both passes with tile family Tiles; `adapt` wraps the suffix pass's Slice
 // (stage 08 adds sinks to each row's own partial there).
 template <class Tiles, class Adapt = stage03::SameSlice>
 void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
                   const Adapt& adapt = {}) {
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    if constexpr (HEAD_DIM <= 128) {
-      if (c.num_groups > 0 && c.warpgroup_prefix && warpgroup_prefix_serves(p)) {
-        return forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
-      }
-    }
     if (c.num_groups > 0) {
       // The cascaded queries as one batch of one "request" per group, placed after its prefix.
       const int row_elems = p.num_q_heads * p.kv.head_dim;

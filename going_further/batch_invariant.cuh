@@ -58,24 +58,17 @@
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
-#include "split_kv.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
 
-namespace pa::stage04 {
+namespace pa::further {
 namespace {
 
 constexpr int INVARIANT_KEYS_PER_SPLIT = 2048;
 static_assert(INVARIANT_KEYS_PER_SPLIT % 256 == 0, "a split starts on a cache block of every block size (1..256)");
 
-// The invariant plan over span_keys keys (stage04::plan / stage06::plan report it).
-SplitPlan invariant_plan(int span_keys, int block_size) {
-  return SplitPlan{std::max(1, ceil_div(span_keys, INVARIANT_KEYS_PER_SPLIT)), INVARIANT_KEYS_PER_SPLIT / block_size};
-}
-
-// A forced split count would cut each context by the batch's max_seq_len again.
-void require_invariant_split_request(const AttentionParams& p, int num_splits) {
-  PA_REQUIRE(!p.batch_invariant || num_splits == 0,
-             "batch-invariant mode cuts every context into splits of " + std::to_string(INVARIANT_KEYS_PER_SPLIT) +
-                 " keys whatever the batch; num_splits must be 0 (automatic), got " + std::to_string(num_splits));
+// The invariant plan over span_keys keys (engine::plan takes it in this mode).
+stage04::SplitPlan invariant_plan(int span_keys, int block_size) {
+  return stage04::SplitPlan{std::max(1, stage04::ceil_div(span_keys, INVARIANT_KEYS_PER_SPLIT)), INVARIANT_KEYS_PER_SPLIT / block_size};
 }
 
 // The Slice of a split launch in this mode: Inner's keys (stage 04's Splits,
@@ -92,7 +85,7 @@ struct InvariantSplits : Inner {
                                             int half, int t4, float inv_l, float lse) const {
     const size_t head = q_row % p.num_q_heads;
     const size_t part_row = (static_cast<size_t>(blockIdx.x) * p.batch.num_requests + blockIdx.z) * p.num_q_heads + head;
-    store_partial_row(this->part_o, this->part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
+    stage04::store_partial_row(this->part_o, this->part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
   }
 };
 
@@ -107,7 +100,7 @@ struct ServesPrefills : Inner {
 // split order, thread i owning dims 4i..4i+3; empty partials are skipped.
 // HEAD_DIM: the tile's row length (threads past head_dim have nothing to do).
 template <int HEAD_DIM>
-__global__ void __launch_bounds__(HEAD_DIM / 4) merge_invariant_kernel(AttentionParams p, Splits part) {
+__global__ void __launch_bounds__(HEAD_DIM / 4) merge_invariant_kernel(AttentionParams p, stage04::Splits part) {
   constexpr int BATCH = 8;  // partials loaded before the first merge, so their loads overlap
   const int r = blockIdx.x, h = blockIdx.y, chunk = threadIdx.x;
   const int row = p.batch.query_start_loc[r];
@@ -144,21 +137,9 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_invariant_kernel(Attention
   if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
 }
 
-// Splits of INVARIANT_KEYS_PER_SPLIT keys over span_keys keys, after
-// `leading` splits of the caller's own (stage 08's sink tokens), with their
-// partials in this host thread's workspace (stage 04's, grown to fit).
-Splits invariant_splits(const AttentionParams& p, int span_keys, int leading = 0) {
-  const int num_splits = leading + invariant_plan(span_keys, p.kv.block_size).num_splits;
-  const size_t rows = static_cast<size_t>(num_splits) * p.batch.num_requests * p.num_q_heads;
-  Workspace& ws = workspace();
-  ws.o.resize(rows * p.kv.head_dim);
-  ws.lse.resize(rows);
-  return Splits{ws.o.data(), ws.lse.data(), num_splits, INVARIANT_KEYS_PER_SPLIT};
-}
-
 // The decode rows of the batch: family Tiles's decode tile per (split, KV head,
-// request) over `splits` (a Splits from invariant_splits, or a slice derived
-// from it), then the fold. `adapt` wraps the split Slice (stage 08's sinks).
+// request) over `splits` (invariant_plan's splits in the engine's workspace, or
+// a slice derived from them), then the fold. `adapt` wraps the split Slice (stage 08's sinks).
 template <class Tiles, class Mask, class SplitSlice, class Adapt = stage03::SameSlice>
 void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits,
                              cudaStream_t stream, const Adapt& adapt = {}) {
@@ -167,11 +148,11 @@ void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& p
   const auto slice = adapt(invariant);
   const dim3 grid(splits.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+    stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
       Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
     });
     launch(merge_invariant_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
-           p, static_cast<const Splits&>(splits));
+           p, static_cast<const stage04::Splits&>(splits));
   });
 }
 
@@ -193,15 +174,5 @@ void launch_invariant_tiles(const AttentionParams& p, const stage03::Packing& pk
   });
 }
 
-// Any batch in this mode: whole tiles for the requests with several queries,
-// fixed-size splits and the fold for the decodes. span_keys: the keys the
-// longest request may read (its seq_len; stage 06 passes its window's span).
-template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
-void forward_invariant(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int span_keys,
-                       const Adapt& adapt = {}) {
-  launch_invariant_tiles<Tiles, Mask>(p, pk, stream, adapt);
-  launch_invariant_splits<Tiles, Mask>(p, pk, invariant_splits(p, span_keys), stream, adapt);
-}
-
 }  // namespace
-}  // namespace pa::stage04
+}  // namespace pa::further

@@ -1,5 +1,6 @@
-// Going further (stage 07): the prefix pass on Hopper's warpgroup MMA, beside
-// the suffix pass instead of before it.
+// Going further (after stage 07): the prefix pass on Hopper's warpgroup MMA,
+// beside the suffix pass instead of before it. The engine runs it
+// (engine::plan_cascade plans for it, engine::run_cascade launches it).
 //
 // The prefix pass is the one part of a decode step that is not memory bound:
 // 64 decodes x 32 query heads against a 4000-key prefix are 4.2 GFLOP for 16 MB
@@ -9,7 +10,7 @@
 // read each tile 8 times. On long prefixes (P 16384, B 256) it reaches ~220
 // TFLOP/s on the H200 and this kernel ~310; on the main case, whose programs
 // cover 8 key tiles each, this kernel takes ~24 us, much of it what every
-// program pays to start and finish (the stage README's results).
+// program pays to start and finish (notes/07_cascade.md).
 //
 // This kernel keeps the idea (all of a group's queries as tile rows, the
 // prefix's keys once, split into ranges, partials out) and changes the machine
@@ -30,7 +31,7 @@
 //    (many suffix programs, or many prefix splits) run the suffix pass on a
 //    second stream instead, and one merge kernel joins the partials of both.
 //    On the H200 the two passes hardly overlap either way: these programs
-//    leave little room beside them (the stage README's results).
+//    leave little room beside them (notes/07_cascade.md).
 // The online softmax, the masks' rule and the partials' layout are stage 03/04's.
 // bf16 caches with head_dim up to 128; other shapes take stage 03's tiles.
 #pragma once
@@ -49,9 +50,23 @@
 #include "common/wgmma.cuh"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
+#include "solutions/07_cascade/cascade.cuh"
+#include "solutions/07_cascade/cost_model.cuh"
 
-namespace pa::stage07 {
+namespace pa::further {
 namespace {
+
+// Stage 07's plan, Slices and kernels, which this pass reuses.
+using stage07::Cascade;
+using stage07::gathered_batch;
+using stage07::merge_cascade_kernel;
+using stage07::Packing;
+using stage07::Path;
+using stage07::prefix_partials;
+using stage07::PrefixPartials;
+using stage07::SuffixMerge;
+using stage07::SuffixSplits;
+using stage07::TileShape;
 
 // What the warpgroup prefix kernel reads besides its AttentionParams: the
 // gathered batch of cascade.cuh (one "request" per group, its queries after its
@@ -188,7 +203,7 @@ struct SplitCopies {
 // finished. On the H200 this made long prefixes 8-11% faster than the
 // unpipelined loop (one product, wait, softmax, the other, wait); what bounds
 // the loop now is the warps' own instructions: the copies' address arithmetic
-// and the softmax (the stage README's results).
+// and the softmax (notes/07_cascade.md).
 template <class T>
 __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     prefix_warpgroup_kernel(AttentionParams p, stage03::Packing pk, PrefixJob job) {
@@ -432,5 +447,166 @@ SideStream& side_stream() {
   return *made.back();
 }
 
+// SuffixMerge for the suffix pass that follows the warpgroup prefix pass in
+// its stream (going further, forward_warpgroup): started as that kernel's
+// dependent launch (launch_for_slice), its programs may take free SM slots
+// while the prefix pass still runs, walk their own keys, and wait for the
+// prefix partials only in the epilogue, where they read them. Every batch row
+// that reads partials waits first, so the pass never ends before the prefix
+// pass has; the merge kernel and the second stream are not needed.
+struct SuffixMergeAfterPrefix : SuffixMerge {
+  static constexpr bool AFTER_PRIOR_GRID = true;
+
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    wait_for_prior_grid();  // the prefix pass's partials are complete and visible
+    SuffixMerge::store_row(p, q_row, o, half, t4, inv_l, lse);
+  }
+};
+
+
+// The suffix pass's Slice when it runs beside the prefix pass (decode batches,
+// this file): stage 04's splits over the request's own keys, each
+// split a partial, one split included; merge_cascade_kernel merges them all.
+struct SuffixPartials : SuffixSplits {
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    const size_t part_row = static_cast<size_t>(blockIdx.x) * p.batch.num_tokens * p.num_q_heads + q_row;
+    stage04::store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
+  }
+};
+
+
+// Whether a decode batch's suffix pass should merge the prefix partials in its
+// epilogue, after the warpgroup prefix pass, rather than run beside it with a
+// merge kernel after both. The fused epilogue saves the merge kernel, the
+// second stream's join and a launch, but every program waits there for its
+// rows' prefix partials, 4 splits per round trip (PrefixPartials::merge_into),
+// after its own keys. That pays once: one wave of unsplit suffix programs, and
+// a prefix of at most FUSED_MAX_PREFIX_SPLITS splits (2 round trips). Measured
+// on the H200 (stage README): 2-5 us faster at B = 64 (Qwen3-8B shape); 11 us
+// slower for MHA (2048 one-row programs, four waves) and 7-8 us slower with 8
+// members and 32 prefix splits.
+constexpr int FUSED_MAX_PREFIX_SPLITS = 8;
+inline bool fused_merge_pays(const AttentionParams& p, int suffix_splits, int prefix_splits, int num_sms) {
+  const int programs = p.batch.num_requests * p.kv.num_kv_heads;
+  return suffix_splits == 1 && programs <= stage04::programs_per_sm(p) * num_sms &&
+         prefix_splits <= FUSED_MAX_PREFIX_SPLITS;
+}
+
+
+// Going further: the warpgroup prefix pass (this file), no gather,
+// then the suffix pass as its dependent launch, merging the prefix partials in
+// its epilogue (SuffixMergeAfterPrefix). Decode batches for which that merge
+// does not pay (fused_merge_pays) run their suffix pass on a second stream
+// beside the prefix pass instead, as partials, and one merge kernel joins both.
+template <int HEAD_DIM, class Tiles, class Adapt>
+void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
+                       cudaStream_t stream, const Adapt& adapt) {
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
+  if (!decode_only || fused_merge_pays(p, sp.num_splits, c.num_prefix_splits, stage04::sm_count())) {
+    launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);
+    // Whole query tiles, as stage 03 launches them. Only a kernel that comes
+    // right after the prefix pass in the same stream may start before it ends.
+    auto to_suffix = [&](const stage03::WholeContext&) {
+      return adapt(SuffixMergeAfterPrefix{{c.suffix_begin.data(), prefix_partials(c)}});
+    };
+    stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
+    return;
+  }
+  SideStream& side = side_stream();
+  PA_CHECK(cudaEventRecord(side.fork, stream));  // the side stream starts after everything before this step
+  PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
+  launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);  // first, so that its large programs find room
+
+  const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
+  stage04::Workspace& ws = stage04::workspace();
+  ws.o.resize(rows * p.kv.head_dim);
+  ws.lse.resize(rows);
+  SuffixPartials slice;
+  static_cast<stage04::Splits&>(slice) =
+      stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
+  slice.suffix_begin = c.suffix_begin.data();
+  const auto adapted = adapt(slice);
+  stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+    Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
+        p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), side.stream);
+  });
+  PA_CHECK(cudaEventRecord(side.join, side.stream));
+  PA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
+  const PrefixPartials prefix = prefix_partials(c);
+  launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream, p,
+         static_cast<const stage04::Splits&>(slice), prefix);
+}
+
+
+// The cost model of stage 07 (cost_model.cuh) with this pass's figures, fitted
+// on the H200 (notes/07_cascade.md). Its decode steps either run the suffix
+// pass after the prefix pass with the merge in its epilogue (fused_merge_pays),
+// or beside it and then a merge kernel: the model times the one it launches.
+struct WarpgroupCosts {
+  double flop_per_s;          // wgmma in 64/128-row tiles, all SMs
+  double row_key_s;           // one key through one program, per tile row
+  double start_s;             // per wave: Q's gathered load, the ring's fill
+  double join_s;              // the second stream's join and the merge kernel
+  double split_merge_s;       // per prefix split, in the merge kernel
+  double fused_merge_wave_s;  // per full wave of suffix programs waiting for the prefix partials
+};
+inline constexpr WarpgroupCosts H200_WARPGROUP_COSTS{2.6e14, 0.05e-9, 2e-6, 7e-6, 0.2e-6, 5e-6};
+
+// The tile the pass runs for a group's rows: 64 rows, two per SM, or 128, one per SM.
+inline TileShape warpgroup_tile(int group_rows) {
+  return warpgroups_for(group_rows) == 1 ? TileShape{64, 2} : TileShape{128, 1};
+}
+
+inline Path choose_path_warpgroup(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,
+                                  int num_sms) {
+  if (members < 2 || queries < 1) return Path::plain;  // a group of one reads its prefix once either way
+  const stage07::PassTimes t{p, members, queries, num_sms};
+  const WarpgroupCosts& w = H200_WARPGROUP_COSTS;
+  const double plain = t.own_keys(prefix_len + suffix_len + queries, false);
+  const stage07::PrefixSplitPlan pre =
+      stage07::prefix_split_plan(p, members * queries, prefix_len, 1, num_sms, warpgroup_tile);
+  const double prefix_pass = t.prefix_pass(pre, prefix_len, w.row_key_s * pre.tile.rows, w.flop_per_s, w.start_s);
+  const double merge_prefix = pre.num_splits * w.split_merge_s;
+  double cascade = prefix_pass + t.own_keys(suffix_len + queries, false) + merge_prefix;  // no gather launch
+  if (queries == 1) {
+    AttentionParams batch = p;
+    batch.batch.num_requests = members;
+    const stage04::SplitPlan sp = stage04::plan_rule(batch, num_sms, suffix_len + queries);
+    const double suffix_pass = t.own_keys(suffix_len + queries, true);
+    if (fused_merge_pays(batch, sp.num_splits, pre.num_splits, num_sms)) {
+      const double waves = static_cast<double>(members) * p.kv.num_kv_heads / (stage04::programs_per_sm(batch) * num_sms);
+      cascade = prefix_pass + suffix_pass + w.fused_merge_wave_s * waves;
+    } else {
+      cascade = std::max(prefix_pass, suffix_pass) + w.join_s + merge_prefix;
+    }
+  }
+  return cascade < plain ? Path::cascade : Path::plain;
+}
+
+// What stage07::plan needs to plan groups for this pass (engine::plan_cascade passes it).
+inline constexpr stage07::PrefixPassModel WARPGROUP_PREFIX_PASS{warpgroup_prefix_serves, warpgroup_tile,
+                                                                choose_path_warpgroup};
+
+// A planned cascade with tile family Tiles: this pass where the plan was made
+// for it (WARPGROUP: the family is bf16's, so the kernel is instantiated only
+// there), else stage 07's own passes.
+template <class Tiles, bool WARPGROUP, class Adapt = stage03::SameSlice>
+void forward_cascade(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
+                     cudaStream_t stream, const Adapt& adapt = {}) {
+  if constexpr (WARPGROUP) {
+    if (c.num_groups > 0 && c.warpgroup_prefix && warpgroup_prefix_serves(p)) {
+      return stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+        if constexpr (HEAD_DIM <= 128) forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+      });
+    }
+  }
+  stage07::forward_with<Tiles>(p, pk, c, suffix_span, stream, adapt);
+}
+
 }  // namespace
-}  // namespace pa::stage07
+}  // namespace pa::further

@@ -1,4 +1,4 @@
-// Going further (stage 04): split-KV inside a program, two warps per decode tile.
+// Going further (after stage 04): split-KV inside a program, two warps per decode tile.
 //
 // Stage 03's decode tile is one warp: 64 decodes x 8 KV heads make 512 one-warp
 // programs, 4 per SM, so each of an SM's 4 schedulers has a single warp to
@@ -19,9 +19,9 @@
 //
 // It runs for head_dim 64 and 128 (a 4096-byte tile has 16 keys at 256, too few
 // to halve: WARP_K must be a multiple of 16), through the tile family
-// Bf16SplitTiles that stages 04-08 launch for bf16 caches. Stage 03's one-warp
-// tile remains the reference: stage 03 itself runs it, and both are tested
-// against the same oracle.
+// Bf16SplitTiles, which the engine (engine/) launches for bf16 caches. The
+// stages run stage 03's one-warp tile, the idea; both are tested against the
+// same oracle.
 #pragma once
 
 #include <type_traits>
@@ -32,9 +32,9 @@
 #include "common/mma_fragments.cuh"
 #include "common/online_softmax.cuh"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
-#include "split_kv.cuh"
+#include "solutions/04_split_kv/split_kv.cuh"
 
-namespace pa::stage04 {
+namespace pa::further {
 namespace {
 
 // 16 rows, TILE_K = 4096 / HEAD_DIM keys per 8 KB tile (as stage 03's decode
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   }
 }
 
-// The bf16 tile family that stages 04-08 launch: the two-warp decode tile where
+// The bf16 tile family that the engine launches: the two-warp decode tile where
 // it applies (head_dim <= 128), stage 03's tiles everywhere else.
 struct Bf16SplitTiles {
   template <int HEAD_DIM>
@@ -208,12 +208,12 @@ struct Bf16SplitTiles {
     }
   }
 };
-static_assert(fits_per_sm<Bf16SplitTiles, 64>() && fits_per_sm<Bf16SplitTiles, 128>() &&
-                  fits_per_sm<Bf16SplitTiles, 256>(),
+static_assert(stage04::fits_per_sm<Bf16SplitTiles, 64>() && stage04::fits_per_sm<Bf16SplitTiles, 128>() &&
+                  stage04::fits_per_sm<Bf16SplitTiles, 256>(),
               "PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");
-static_assert(tile_fits_per_sm<Bf16SplitTiles, Bf16SplitTiles::CompactDecode<96>>() &&
-                  tile_fits_per_sm<Bf16SplitTiles, Bf16SplitTiles::CompactDecode<80>>(),
+static_assert(stage04::tile_fits_per_sm<Bf16SplitTiles, Bf16SplitTiles::CompactDecode<96>>() &&
+                  stage04::tile_fits_per_sm<Bf16SplitTiles, Bf16SplitTiles::CompactDecode<80>>(),
               "PROGRAMS_PER_SM compact decode tiles must fit an H100/H200 SM");
 
 }  // namespace
-}  // namespace pa::stage04
+}  // namespace pa::further
