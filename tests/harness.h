@@ -145,6 +145,32 @@ inline AttentionParams decode_plan_sizes(int num_requests, int seq_len, int num_
   return p;
 }
 
+// Request t of batch b as a batch of its own over the same cache: its queries,
+// its new K/V and its table row (the same physical blocks), so it reads exactly
+// the keys and values it reads inside b (batch-invariance tests compare the two).
+inline Problem alone(const Problem& b, int t) {
+  const BatchMeta& m = b.meta;
+  const AttentionConfig& c = b.cfg;
+  const int q_len = m.q_len(t), row0 = m.query_start_loc[t];
+  Problem s = b;  // the config, the cache pool (bf16 or codes and scales), the sinks
+  BatchMeta& a = s.meta;
+  a.query_start_loc = {0, q_len};
+  a.seq_lens = {m.seq_lens[t]};
+  a.block_table.assign(m.block_table.begin() + static_cast<size_t>(t) * m.max_blocks_per_seq,
+                       m.block_table.begin() + static_cast<size_t>(t + 1) * m.max_blocks_per_seq);
+  a.slot_mapping.assign(m.slot_mapping.begin() + row0, m.slot_mapping.begin() + row0 + q_len);
+  a.num_tokens = q_len;
+  a.max_query_len = q_len;
+  a.max_seq_len = m.seq_lens[t];
+  a.decode_only = q_len <= 1;
+  const size_t q_row = static_cast<size_t>(c.num_q_heads) * c.head_dim;
+  const size_t kv_row = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
+  s.q.assign(b.q.begin() + row0 * q_row, b.q.begin() + (row0 + q_len) * q_row);
+  s.k_new.assign(b.k_new.begin() + row0 * kv_row, b.k_new.begin() + (row0 + q_len) * kv_row);
+  s.v_new.assign(b.v_new.begin() + row0 * kv_row, b.v_new.begin() + (row0 + q_len) * kv_row);
+  return s;
+}
+
 // Runs `forward` twice on the same input; the outputs must match bit for bit
 // (no races, no dependence on scheduling order).
 inline void expect_bit_identical_reruns(const Case& c, const Forward& forward) {

@@ -27,42 +27,6 @@ namespace {
 
 using StageForward = std::function<void(const Problem&, const AttentionParams&)>;
 
-// Request t of batch b as a batch of its own over the same cache: its queries,
-// its new K/V and its table row (the same physical blocks), so it reads exactly
-// the keys and values it reads inside b.
-Problem alone(const Problem& b, int t) {
-  const BatchMeta& m = b.meta;
-  const AttentionConfig& c = b.cfg;
-  const int q_len = m.q_len(t), row0 = m.query_start_loc[t];
-  Problem s;
-  s.cfg = c;
-  s.num_blocks = b.num_blocks;
-  BatchMeta& a = s.meta;
-  a.query_start_loc = {0, q_len};
-  a.seq_lens = {m.seq_lens[t]};
-  a.max_blocks_per_seq = m.max_blocks_per_seq;
-  a.block_table.assign(m.block_table.begin() + static_cast<size_t>(t) * m.max_blocks_per_seq,
-                       m.block_table.begin() + static_cast<size_t>(t + 1) * m.max_blocks_per_seq);
-  a.slot_mapping.assign(m.slot_mapping.begin() + row0, m.slot_mapping.begin() + row0 + q_len);
-  a.num_tokens = q_len;
-  a.max_query_len = q_len;
-  a.max_seq_len = m.seq_lens[t];
-  a.decode_only = q_len <= 1;
-  const size_t q_row = static_cast<size_t>(c.num_q_heads) * c.head_dim;
-  const size_t kv_row = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
-  s.q.assign(b.q.begin() + row0 * q_row, b.q.begin() + (row0 + q_len) * q_row);
-  s.k_new.assign(b.k_new.begin() + row0 * kv_row, b.k_new.begin() + (row0 + q_len) * kv_row);
-  s.v_new.assign(b.v_new.begin() + row0 * kv_row, b.v_new.begin() + (row0 + q_len) * kv_row);
-  s.k_cache = b.k_cache;
-  s.v_cache = b.v_cache;
-  s.sinks = b.sinks;
-  s.k_codes = b.k_codes;
-  s.v_codes = b.v_codes;
-  s.k_scale = b.k_scale;
-  s.v_scale = b.v_scale;
-  return s;
-}
-
 // The target's rows of out [q_len * Hq * D] and lse [q_len * Hq], as stored.
 struct Rows {
   std::vector<bf16> out;
