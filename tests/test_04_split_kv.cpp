@@ -1,5 +1,7 @@
 // Stage 04: split-KV (Flash-Decoding) for decode batches, merged by log-sum-exp.
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "tests/harness.h"
 #include "tests/split_request_checks.h"
@@ -113,6 +115,42 @@ TEST(Stage04Reruns, BitIdenticalThreeSplits) {
 TEST(Stage04Reruns, BitIdenticalAutomatic) {
   expect_bit_identical_reruns({"OneLong", config(1, 1, 64, 16), {{1, 1200}}}, run_with_splits(kAuto));
 }
+
+// ---- keys at any magnitude through the merge -------------------------------------
+// Stage 03's magnitude cases, split: each split's lse is then far from the
+// others' (a split that holds the max key dominates by exp2 of thousands), so a
+// merge that rescales with the wrong base, forgets to subtract the max lse or
+// weights by the unnormalised sums shows here while N(0, 1) keys hide it.
+struct SplitMagnitudeCase {
+  std::string name;
+  float factor;
+  int num_splits;
+};
+void PrintTo(const SplitMagnitudeCase& c, std::ostream* os) { *os << c.name; }
+
+class Stage04Magnitude : public testing::TestWithParam<SplitMagnitudeCase> {};
+
+TEST_P(Stage04Magnitude, LargeKeysThroughTheMerge) {
+  const SplitMagnitudeCase& c = GetParam();
+  Problem p = make_problem(config(8, 2, 128, 16), {{1, 700}, {1, 130}, {1, 33}});
+  for (std::vector<bf16>* k : {&p.k_new, &p.k_cache}) {
+    for (bf16& x : *k) x = __float2bfloat16(__bfloat162float(x) * c.factor);  // unused slots stay NaN
+  }
+  DeviceBatch db(p);
+  stage04::forward(db.params(), nullptr, c.num_splits);
+  expect_device_matches_oracle(p, db, c.name, reference_attention(p));
+}
+
+std::vector<SplitMagnitudeCase> split_magnitude_cases() {
+  std::vector<SplitMagnitudeCase> cases;
+  for (auto [name, factor] : {std::pair{"1e2", 1e2f}, {"1e4", 1e4f}, {"1e9", 1e9f}}) {
+    for (int splits : {3, 8}) cases.push_back({std::string("x") + name + "_Splits" + std::to_string(splits), factor, splits});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Keys, Stage04Magnitude, testing::ValuesIn(split_magnitude_cases()),
+                         [](const testing::TestParamInfo<SplitMagnitudeCase>& info) { return info.param.name; });
 
 TEST(Stage04Errors, RejectsPrefillWithTheRequestNamed) {
   // Request 1 of this batch is a 16-token prompt.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "common/quant.cuh"
 #include "tests/quant_checks.h"
@@ -210,6 +211,34 @@ TEST(Stage05WritePath, Int8_D64_Block1_PaddingRows) {
 }
 TEST(Stage05WritePath, Fp8_D256) {
   expect_write_matches_host(qconfig(KvFormat::fp8_e4m3, 8, 2, 256, 8), {{7, 7}, {1, 30}}, BuildOptions{.seed = 6});
+}
+
+// One NaN element makes its whole row's scale NaN (common/quant.cuh: the row
+// maximum propagates NaN), so the row dequantizes to NaN as a bf16 cache would
+// carry it to the output. A write path whose maximum is fmaxf drops the NaN and
+// stores a finite scale: the poisoned row would then read back as numbers.
+TEST(Stage05WritePath, NaNElementPoisonsItsRowScale) {
+  for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+    const AttentionConfig cfg = qconfig(f, 8, 2, 64, 16);
+    Problem p = make_problem(cfg, {{4, 20}});
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    p.k_new[(1 * 2 + 0) * 64 + 37] = __float2bfloat16(nan);  // token 1, K head 0, dim 37
+    p.v_new[(2 * 2 + 1) * 64 + 3] = __float2bfloat16(nan);   // token 2, V head 1, dim 3
+    DeviceBatch db(p);
+    db.k_codes.upload(p.k_codes);  // the history only, as in expect_write_matches_host
+    db.v_codes.upload(p.v_codes);
+    db.k_scale.upload(p.k_scale);
+    db.v_scale.upload(p.v_scale);
+    stage05::write_kv(db.params().kv, db.k_new.data(), db.v_new.data(), db.slot_mapping.data(), p.meta.num_tokens);
+    expect_codes_match_host(p, db, " (TODO 1)", " (TODO 2)");
+    const std::vector<float> k_scale = db.k_scale.download(), v_scale = db.v_scale.download();
+    const size_t k_row = static_cast<size_t>(p.meta.slot_mapping[1]) * 2 + 0;
+    const size_t v_row = static_cast<size_t>(p.meta.slot_mapping[2]) * 2 + 1;
+    EXPECT_TRUE(std::isnan(k_scale[k_row])) << name(f) << ": K scale " << k_scale[k_row]
+                                            << " of a row holding a NaN (TODO 1: the row maximum must keep NaN)";
+    EXPECT_TRUE(std::isnan(v_scale[v_row])) << name(f) << ": V scale " << v_scale[v_row]
+                                            << " of a row holding a NaN (TODO 1: the row maximum must keep NaN)";
+  }
 }
 
 // Q K^T over 8-bit caches runs in fp16 with Q scaled by a power of two per

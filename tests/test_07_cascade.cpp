@@ -354,10 +354,19 @@ TEST(Stage07CostModel, BytesBoundCascadesLatencyBoundStaysPlain) {
   EXPECT_EQ(model::path(32, 2, 1), Path::plain) << "2 members x 32 shared positions (TODO 4)";
 }
 
-TEST(Stage07CostModel, OneMemberStaysPlain) {
-  const AttentionParams p = decode_plan_sizes(1, 4000 + 96 + 1);
-  EXPECT_EQ(stage07::choose_path(p, 1, 4000, 1, 96, kH200Sms), Path::plain)
-      << "a group of one reads its prefix once either way (TODO 4)";
+// A group of one reads its prefix once either way: cascade can only add a
+// pass and a merge, at any prefix, suffix and query count (up to 2^20 + 2^16
+// positions, where a count of bytes in 32 bits would have wrapped).
+TEST(Stage07CostModel, OneMemberStaysPlainAtAnyLength) {
+  for (const int P : {64, 4000, 1 << 16, 1 << 20}) {
+    for (const int S : {0, 96, 1 << 16}) {
+      for (const int q : {1, 4, 64}) {
+        const AttentionParams p = decode_plan_sizes(1, P + S + 1);
+        EXPECT_EQ(stage07::choose_path(p, 1, P, q, S, kH200Sms), Path::plain)
+            << "one member, prefix " << P << ", suffix " << S << ", " << q << " queries (TODO 4)";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -44,6 +44,8 @@ inline std::vector<SplitCase> window_cases() {
       {{"Window0_NoWindow", wconfig(8, 2, 64, 16, 0), milestone_requests()}, kAuto},
       // A long prompt: prefill tiles of 64-key steps skip the tiles outside every row's window.
       {{"Window50_LongPrompt_Group4", wconfig(8, 2, 64, 16, 50), {{300, 300}, {40, 200}, {1, 180}}}, kAuto},
+      // The same without GQA, at head_dim 64 and a window wider than one 64-key step.
+      {{"Window100_LongPrompt_MHA_D64", wconfig(4, 4, 64, 16, 100), {{300, 300}, {1, 180}}}, kAuto},
       // Mixed prefill chunks, prompts and decodes, with padding rows.
       {{"Window37_RandomMixed_Padding", wconfig(8, 2, 128, 16, 37), random_mixed_requests(11, 6, 150),
         BuildOptions{.seed = 11, .padding_rows = 2}},

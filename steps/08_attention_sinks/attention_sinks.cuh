@@ -3,7 +3,7 @@
 // (a) Learned sink logits (gpt-oss). Query head h has a logit sink_h that joins
 // its softmax denominator and contributes no value:
 //     o = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h}).
-// In the shared state's terms the sink is the state (m = sink_h, l = 1, o = 0)
+// In the shared state's terms the sink is the state (m = sink_h * log2 e, l = 1, o = 0)
 // (common/online_softmax.cuh). Merging is associative and commutative, so
 // starting a row's running state from it and merging it into the row's finished
 // state give the same result, and neither can overflow: the merge rescales

@@ -499,5 +499,6 @@ SUBSETS = {
         "03-causal-row8-future",
         "04-merge-lse-units",
         "04-split-unclipped",
+        "04-merge-linear-domain",
     ],
 }
