@@ -11,7 +11,9 @@
 #include "check.h"
 #include "device_buffer.h"
 #include "problem.h"
+#include "side_stream.h"
 
+#include <memory>
 #include <vector>
 
 namespace pa {
@@ -135,6 +137,16 @@ struct Cascade {
   DeviceBuffer<int> suffix_begin;       // [num_requests]       first key of each request's own pass (0 or prefix_len)
   DeviceBuffer<float> part_o;           // [num_prefix_splits, num_tokens, Hq, D]  normalized prefix partials
   DeviceBuffer<float> part_lse;         // [num_prefix_splits, num_tokens, Hq]     their lse (-inf when empty)
+  // The suffix pass of a decode batch: stage 04's split plan over each request's own keys,
+  // made here once, and its partials when it splits (forward() allocates nothing).
+  int num_sms = 0;                      // the SM count the plan was made for
+  int suffix_splits = 1;
+  int suffix_keys_per_split = 0;
+  DeviceBuffer<float> suffix_o;         // [suffix_splits, batch num_tokens, Hq, D]
+  DeviceBuffer<float> suffix_lse;       // [suffix_splits, batch num_tokens, Hq]
+  // A second stream for a suffix pass that runs beside the prefix pass (the engine's warpgroup
+  // pass, going_further/warpgroup_prefix.cuh); null when the plan runs the passes in one stream.
+  std::unique_ptr<SideStream> side;
 };
 
 // force: -1 = the cost model decides per group, 0 = every group plain, 1 = every group cascaded.

@@ -4,6 +4,8 @@
 #include "compose_cascade.cuh"
 #include "going_further/two_warp_decode.cuh"
 
+#include <memory>
+
 namespace pa::engine {
 namespace detail {
 void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
@@ -13,7 +15,10 @@ void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStrea
 
 stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
                               int force) {
-  return stage07::plan(p, meta, groups, force, &further::WARPGROUP_PREFIX_PASS);
+  stage07::Cascade c = stage07::plan(p, meta, groups, force, &further::WARPGROUP_PREFIX_PASS);
+  // The second stream now, where a run will fork onto it: a run only launches.
+  if (further::suffix_beside_prefix(p, c)) c.side = std::make_unique<SideStream>();
+  return c;
 }
 
 stage07::Path cascade_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,

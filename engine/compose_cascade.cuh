@@ -3,8 +3,6 @@
 // suffix partial by the suffix pass).
 #pragma once
 
-#include <algorithm>
-
 #include "compose.h"
 #include "going_further/warpgroup_prefix.cuh"
 #include "solutions/07_cascade/cascade.cuh"
@@ -16,12 +14,10 @@ namespace {
 template <class Tiles, bool WARPGROUP>
 void run_cascade_tiles(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream) {
   const stage03::Packing pk = stage03::checked_packing(p, "engine");
-  // Split decodes cut the keys of the suffix pass: each request's own keys.
-  const int span = std::max(1, c.max_own_keys);
   if (p.sinks != nullptr) {
-    further::forward_cascade<Tiles, WARPGROUP>(p, pk, c, span, stream, stage08::AddSinks{p.sinks});
+    further::forward_cascade<Tiles, WARPGROUP>(p, pk, c, stream, stage08::AddSinks{p.sinks});
   } else {
-    further::forward_cascade<Tiles, WARPGROUP>(p, pk, c, span, stream);
+    further::forward_cascade<Tiles, WARPGROUP>(p, pk, c, stream);
   }
 }
 

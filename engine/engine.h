@@ -98,8 +98,8 @@ void run(const Plan& plan, const AttentionParams& p, void* workspace, size_t wor
 // composed with any cache format and learned sinks (stage 08: the sink joins
 // each row's own suffix partial, never a prefix partial). `cascade` is
 // plan_cascade()'s (or stage07::plan()'s) for this batch: made once per batch on the host, it owns
-// the gathered queries and the prefix partials it needs, so this call
-// allocates nothing. No window and no sink tokens (stage 07 refuses windows),
+// the gathered queries, the prefix and suffix partials and, where the suffix pass runs beside the
+// prefix pass, the second stream, so this call only launches. No window and no sink tokens (stage 07 refuses windows),
 // no batch-invariant mode (a prefix pass serves a whole group).
 void run_cascade(const stage07::Cascade& cascade, const AttentionParams& p, cudaStream_t stream = nullptr);
 // stage07::plan() with the engine's prefix pass: the warpgroup (wgmma) kernel

@@ -36,8 +36,6 @@
 // bf16 caches with head_dim up to 128; other shapes take stage 03's tiles.
 #pragma once
 
-#include <memory>
-#include <vector>
 
 #include "common/attention_params.h"
 #include "common/check.h"
@@ -410,43 +408,6 @@ void launch_prefix_warpgroups(const AttentionParams& pg, const stage03::Packing&
   }
 }
 
-// A second stream and two events per device (and host thread), made once:
-// forward() forks the suffix pass onto it and joins it back before the merge,
-// so the two passes may share the GPU. The stream does not synchronize with
-// the legacy default stream; the events order everything. They are created on
-// the first call: a caller that captures a CUDA graph runs one step first.
-struct SideStream {
-  int device = -1;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-
-  SideStream() = default;
-  SideStream(const SideStream&) = delete;
-  SideStream& operator=(const SideStream&) = delete;
-  // At the host thread's end. Return codes are ignored: at process exit the
-  // CUDA runtime may already be going down, and nothing is waiting on these.
-  ~SideStream() {
-    if (join != nullptr) (void)cudaEventDestroy(join);
-    if (fork != nullptr) (void)cudaEventDestroy(fork);
-    if (stream != nullptr) (void)cudaStreamDestroy(stream);
-  }
-};
-SideStream& side_stream() {
-  thread_local std::vector<std::unique_ptr<SideStream>> made;
-  int device = 0;
-  PA_CHECK(cudaGetDevice(&device));
-  for (const auto& s : made) {
-    if (s->device == device) return *s;
-  }
-  auto s = std::make_unique<SideStream>();
-  s->device = device;
-  PA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-  PA_CHECK(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  PA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  made.push_back(std::move(s));
-  return *made.back();
-}
-
 // SuffixMerge for the suffix pass that follows the warpgroup prefix pass in
 // its stream (going further, forward_warpgroup): started as that kernel's
 // dependent launch (launch_for_slice), its programs may take free SM slots
@@ -496,18 +457,28 @@ inline bool fused_merge_pays(const AttentionParams& p, int suffix_splits, int pr
          prefix_splits <= FUSED_MAX_PREFIX_SPLITS;
 }
 
+// Whether a planned cascade runs its suffix pass beside the warpgroup prefix
+// pass (a second stream, then the merge kernel) rather than after it: decode
+// batches for which the fused merge does not pay. A function of the plan
+// alone, so engine::plan_cascade makes the second stream exactly where a run
+// will use it.
+inline bool suffix_beside_prefix(const AttentionParams& p, const Cascade& c) {
+  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
+  return c.num_groups > 0 && c.warpgroup_prefix && decode_only &&
+         !fused_merge_pays(p, c.suffix_splits, c.num_prefix_splits, c.num_sms);
+}
+
 
 // Going further: the warpgroup prefix pass (this file), no gather,
 // then the suffix pass as its dependent launch, merging the prefix partials in
 // its epilogue (SuffixMergeAfterPrefix). Decode batches for which that merge
-// does not pay (fused_merge_pays) run their suffix pass on a second stream
-// beside the prefix pass instead, as partials, and one merge kernel joins both.
+// does not pay (suffix_beside_prefix) run their suffix pass on the plan's
+// second stream beside the prefix pass instead, as partials in the plan, and
+// one merge kernel joins both. Launches only: the plan made everything.
 template <int HEAD_DIM, class Tiles, class Adapt>
-void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
-                       cudaStream_t stream, const Adapt& adapt) {
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
-  if (!decode_only || fused_merge_pays(p, sp.num_splits, c.num_prefix_splits, stage04::sm_count())) {
+void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, cudaStream_t stream,
+                       const Adapt& adapt) {
+  if (!suffix_beside_prefix(p, c)) {
     launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);
     // Whole query tiles, as stage 03 launches them. Only a kernel that comes
     // right after the prefix pass in the same stream may start before it ends.
@@ -517,23 +488,21 @@ void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascad
     stage03::dispatch_whole_context<HEAD_DIM, Tiles, stage03::CausalMask>(p, pk, stream, to_suffix);
     return;
   }
-  SideStream& side = side_stream();
+  PA_REQUIRE(c.side != nullptr && c.suffix_o.size() > 0,
+             "engine: this cascade runs its suffix pass beside the prefix pass, which needs the plan's second "
+             "stream and suffix partials: plan it with engine::plan_cascade");
+  const SideStream& side = *c.side;
   PA_CHECK(cudaEventRecord(side.fork, stream));  // the side stream starts after everything before this step
   PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
   launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);  // first, so that its large programs find room
 
-  const size_t rows = static_cast<size_t>(sp.num_splits) * p.batch.num_tokens * p.num_q_heads;
-  stage04::Workspace& ws = stage04::workspace();
-  ws.o.resize(rows * p.kv.head_dim);
-  ws.lse.resize(rows);
   SuffixPartials slice;
-  static_cast<stage04::Splits&>(slice) =
-      stage04::Splits{ws.o.data(), ws.lse.data(), sp.num_splits, sp.blocks_per_split * p.kv.block_size};
+  static_cast<stage04::Splits&>(slice) = stage07::suffix_splits(c);
   slice.suffix_begin = c.suffix_begin.data();
   const auto adapted = adapt(slice);
   stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
     Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
-        p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), side.stream);
+        p, pk, adapted, dim3(c.suffix_splits, p.kv.num_kv_heads, p.batch.num_requests), side.stream);
   });
   PA_CHECK(cudaEventRecord(side.join, side.stream));
   PA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
@@ -596,16 +565,16 @@ inline constexpr stage07::PrefixPassModel WARPGROUP_PREFIX_PASS{warpgroup_prefix
 // for it (WARPGROUP: the family is bf16's, so the kernel is instantiated only
 // there), else stage 07's own passes.
 template <class Tiles, bool WARPGROUP, class Adapt = stage03::SameSlice>
-void forward_cascade(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span,
-                     cudaStream_t stream, const Adapt& adapt = {}) {
+void forward_cascade(const AttentionParams& p, const Packing& pk, const Cascade& c, cudaStream_t stream,
+                     const Adapt& adapt = {}) {
   if constexpr (WARPGROUP) {
     if (c.num_groups > 0 && c.warpgroup_prefix && warpgroup_prefix_serves(p)) {
       return stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-        if constexpr (HEAD_DIM <= 128) forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+        if constexpr (HEAD_DIM <= 128) forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, stream, adapt);
       });
     }
   }
-  stage07::forward_with<Tiles>(p, pk, c, suffix_span, stream, adapt);
+  stage07::forward_with<Tiles>(p, pk, c, stream, adapt);
 }
 
 }  // namespace

@@ -414,6 +414,55 @@ void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits) {
   PA_CHECK(cudaStreamDestroy(stream));
 }
 
+// A cascade decode step captured once and replayed: everything it needs (the
+// gathered rows, the prefix and suffix partials, the second stream of a suffix
+// pass that runs beside the prefix pass) is the plan's, so the capture sees
+// launches, events and nothing else (the CPU emulation refuses an allocation
+// or a synchronisation in it, and a forked stream that is never joined back).
+void expect_cascade_graph_replays_match(int members, int prefix_len, int suffix_len, bool beside) {
+  Problem p = make_problem(config(8, 2, 64, 16), shared_prefix_decodes(members, prefix_len, suffix_len, 16),
+                           BuildOptions{.seed = 23, .padding_rows = 2});
+  std::vector<int> all(members);
+  for (int r = 0; r < members; ++r) all[r] = r;
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{all, prefix_len}});
+  DeviceBatch db(p);
+  db.set_checked(false);
+  const AttentionParams params = db.params();
+  const stage07::Cascade plan = engine::plan_cascade(params, p.meta, groups, kCascade);
+  ASSERT_TRUE(plan.warpgroup_prefix) << "bf16, head_dim 64: the engine's warpgroup prefix pass";
+  ASSERT_EQ(plan.side != nullptr, beside)
+      << members << " decodes, suffix " << suffix_len << ": the suffix pass " << (beside ? "beside" : "after")
+      << " the prefix pass (" << plan.suffix_splits << " suffix splits, " << plan.num_prefix_splits
+      << " prefix splits, " << plan.num_sms << " SMs)";
+  cudaStream_t stream;
+  PA_CHECK(cudaStreamCreate(&stream));
+  engine::run_cascade(plan, params, stream);  // the kernels' one-time opt-ins, outside the capture
+  PA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  engine::run_cascade(plan, params, stream);
+  PA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  PA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const OracleResult want = reference_attention(p);
+  for (int replay = 0; replay < 2; ++replay) {
+    db.poison_outputs();
+    PA_CHECK(cudaGraphLaunch(exec, stream));
+    PA_CHECK(cudaStreamSynchronize(stream));
+    const std::string label = "cascade graph replay " + std::to_string(replay) + (beside ? " (suffix beside" : " (suffix after") + " the prefix pass)";
+    expect_device_matches_oracle(p, db, label, want);
+    expect_padding_rows_exact_zero(p, db, label + ": ");
+  }
+  PA_CHECK(cudaGraphExecDestroy(exec));
+  PA_CHECK(cudaGraphDestroy(graph));
+  PA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Few programs, a short suffix: the suffix pass follows the prefix pass and merges in its epilogue.
+TEST(EngineGraph, CascadeStepReplays_SuffixAfterPrefix) { expect_cascade_graph_replays_match(2, 64, 5, false); }
+// A long suffix splits (on any SM count): the suffix pass runs on the plan's second stream.
+TEST(EngineGraph, CascadeStepReplays_SuffixBesidePrefix) { expect_cascade_graph_replays_match(2, 64, 1000, true); }
+
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Splits3) { expect_graph_replays_match(config(8, 2, 128, 16), 3); }
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Auto) { expect_graph_replays_match(config(32, 8, 128, 16), kAuto); }
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_SinksWindow) {

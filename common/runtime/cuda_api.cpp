@@ -14,21 +14,34 @@
 #include <utility>
 #include <vector>
 
-// Work recorded by stream capture, in stream order.
+// Work recorded by stream capture, in the order it was issued: every call runs
+// to completion before it returns, so issue order is an order that respects
+// every dependency the streams and events expressed.
 struct CUgraph_st {
   std::vector<std::function<void()>> work;
+  unsigned long long id = 0;                                     // unique per capture (events outlive it)
+  CUstream_st* origin = nullptr;                                 // the stream that began the capture
+  std::vector<CUstream_st*> joined;                              // streams that joined it through an event
+  std::vector<std::pair<const CUstream_st*, size_t>> origin_waits;  // (stream, its work count) the origin waited for
 };
 struct CUgraphExec_st {
   std::vector<std::function<void()>> work;
 };
 struct CUstream_st {
   unsigned flags;
-  CUgraph_st* capture = nullptr;  // non-null while capturing
+  CUgraph_st* capture = nullptr;  // non-null while capturing (its own capture, or one it joined)
   bool invalidated = false;       // a prohibited call happened during the capture
+  size_t captured = 0;            // work items it added to the capture
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point when;
   bool recorded;
+  // Recorded on a capturing stream: a node of that capture, which another stream
+  // joins by waiting on it (CUDA's fork / join of captured streams).
+  CUgraph_st* capture = nullptr;  // valid only while a capture of that id is active
+  unsigned long long capture_id = 0;
+  const CUstream_st* source = nullptr;
+  size_t source_work = 0;  // the source's work before the event
 };
 
 namespace {
@@ -63,6 +76,16 @@ bool valid_kind(cudaMemcpyKind kind) { return kind >= cudaMemcpyHostToHost && ki
 // The streams capturing now (global mode: any of them forbids synchronising calls).
 std::mutex g_capture_mutex;
 std::vector<CUstream_st*> g_capturing;
+unsigned long long g_capture_ids = 0;
+
+// The active capture an event was recorded in, or null (none, or that capture has ended).
+CUgraph_st* active_capture_of(const CUevent_st* event) {
+  if (event->capture == nullptr) return nullptr;
+  for (const CUstream_st* s : g_capturing) {
+    if (s->capture == event->capture && s->capture->id == event->capture_id) return s->capture;
+  }
+  return nullptr;
+}
 
 // A call that synchronises or allocates: refused, and every active capture
 // invalidated, while a capture is active. Returns cudaSuccess otherwise.
@@ -90,7 +113,9 @@ bool record_work(cudaStream_t stream, std::function<void()> work) {
     return false;
   }
   if (!capturing(stream)) return false;
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
   stream->capture->work.push_back(std::move(work));
+  ++stream->captured;
   return true;
 }
 }  // namespace cpucuda::detail
@@ -114,6 +139,8 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorUnknown: return "cudaErrorUnknown";
   }
@@ -139,6 +166,8 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorUnknown: return "unknown error";
   }
@@ -296,8 +325,26 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (capturing(stream) || stream == nullptr) return refuse_during_capture();
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+// An event recorded during a capture is a node of it: a stream that waits on
+// it joins the capture (its later work is recorded, not run), and the origin
+// waiting on an event of a joined stream is that stream's join.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (!event) return record(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  CUgraph_st* capture = active_capture_of(event);
+  if (capture == nullptr) return cudaSuccess;
+  if (stream == nullptr) return record(cudaErrorStreamCaptureImplicit);  // the legacy stream cannot join
+  if (stream->capture == nullptr) {
+    stream->capture = capture;
+    stream->invalidated = false;
+    stream->captured = 0;
+    capture->joined.push_back(stream);
+    g_capturing.push_back(stream);
+  } else if (stream->capture != capture) {
+    return record(cudaErrorStreamCaptureIsolation);
+  }
+  if (stream == stream->capture->origin) stream->capture->origin_waits.emplace_back(event->source, event->source_work);
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
@@ -306,7 +353,10 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   std::lock_guard<std::mutex> lock(g_capture_mutex);
   if (stream->capture != nullptr) return record(cudaErrorIllegalState);
   stream->capture = new CUgraph_st;
+  stream->capture->origin = stream;
+  stream->capture->id = ++g_capture_ids;
   stream->invalidated = false;
+  stream->captured = 0;
   g_capturing.push_back(stream);
   return cudaSuccess;
 }
@@ -314,9 +364,28 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   if (!graph) return record(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> lock(g_capture_mutex);
   if (stream == nullptr || stream->capture == nullptr) return record(cudaErrorIllegalState);
+  if (stream->capture->origin != stream) return record(cudaErrorStreamCaptureUnmatched);
+  // Every joined stream must have joined back: the origin waited on an event
+  // recorded after the last work it added (else that work hangs off the graph).
+  bool unjoined = false, invalidated = stream->invalidated;
+  for (CUstream_st* j : stream->capture->joined) {
+    size_t waited = 0;
+    for (const auto& [source, work] : stream->capture->origin_waits) {
+      if (source == j) waited = std::max(waited, work);
+    }
+    unjoined |= waited < j->captured;
+    invalidated |= j->invalidated;
+    j->capture = nullptr;
+    g_capturing.erase(std::find(g_capturing.begin(), g_capturing.end(), j));
+  }
   g_capturing.erase(std::find(g_capturing.begin(), g_capturing.end(), stream));
   CUgraph_st* captured = std::exchange(stream->capture, nullptr);
-  if (stream->invalidated) {
+  if (unjoined) {
+    delete captured;
+    *graph = nullptr;
+    return record(cudaErrorStreamCaptureUnjoined);
+  }
+  if (invalidated) {
     delete captured;
     *graph = nullptr;
     return record(cudaErrorStreamCaptureInvalidated);
@@ -366,8 +435,17 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
   *event = new CUevent_st{{}, false};
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return record(cudaErrorInvalidResourceHandle);
+  {
+    std::lock_guard<std::mutex> lock(g_capture_mutex);
+    const bool in_capture = stream != nullptr && stream->capture != nullptr;
+    event->capture = in_capture ? stream->capture : nullptr;
+    event->capture_id = in_capture ? stream->capture->id : 0;
+    event->source = in_capture ? stream : nullptr;
+    event->source_work = in_capture ? stream->captured : 0;
+    if (in_capture) return cudaSuccess;  // a node of the graph, not a time
+  }
   event->when = std::chrono::steady_clock::now();  // all work before it has finished: calls are synchronous
   event->recorded = true;
   return cudaSuccess;

@@ -154,6 +154,19 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     table.insert(table.end(), ids.begin(), ids.end());
   }
   for (int r = 0; r < R; ++r) c.max_own_keys = std::max(c.max_own_keys, meta.seq_lens[r] - suffix_begin[r]);
+  c.num_sms = num_sms;
+  // The suffix pass of a decode batch: split as stage 04 splits it, over each request's own keys.
+  if (p.batch.decode_only || p.batch.max_query_len <= 1) {
+    const stage04::SplitPlan sp = stage04::plan_rule(p, num_sms, std::max(1, c.max_own_keys));
+    c.suffix_splits = sp.num_splits;
+    c.suffix_keys_per_split = sp.blocks_per_split * p.kv.block_size;
+    // Partials when it splits; the warpgroup pass may also run one split beside the prefix pass.
+    if (sp.num_splits > 1 || c.warpgroup_prefix) {
+      const size_t suffix_rows = static_cast<size_t>(sp.num_splits) * meta.num_tokens * p.num_q_heads;
+      c.suffix_o.resize(suffix_rows * p.kv.head_dim);
+      c.suffix_lse.resize(suffix_rows);
+    }
+  }
   // Prefix splits: enough programs for one wave of the prefix pass's tiles.
   if (c.num_groups > 0) {
     const PrefixSplitPlan pre =
@@ -188,12 +201,10 @@ void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream) {
              std::string("stage 07: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
   PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),
              "stage 07: the cascade plan was made for another batch");
-  // Split decodes cut the keys of the suffix pass: each request's own keys.
-  const int span = std::max(1, c.max_own_keys);
   switch (p.kv.format) {
-    case KvFormat::bf16: forward_with<stage03::Bf16Tiles>(p, pk, c, span, stream); break;
-    case KvFormat::int8: forward_with<stage05::QuantizedTiles<KvFormat::int8>>(p, pk, c, span, stream); break;
-    case KvFormat::fp8_e4m3: forward_with<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(p, pk, c, span, stream); break;
+    case KvFormat::bf16: forward_with<stage03::Bf16Tiles>(p, pk, c, stream); break;
+    case KvFormat::int8: forward_with<stage05::QuantizedTiles<KvFormat::int8>>(p, pk, c, stream); break;
+    case KvFormat::fp8_e4m3: forward_with<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(p, pk, c, stream); break;
   }
   clear_padding_rows(p, stream);
   //@+ PA_CHECK_TODOS("07_cascade");

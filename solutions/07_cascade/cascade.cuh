@@ -224,6 +224,12 @@ PrefixPartials prefix_partials(const Cascade& c) {
   return {c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits, c.num_tokens};
 }
 
+// The suffix pass's splits as plan() made them for a decode batch, partials in the plan.
+stage04::Splits suffix_splits(const Cascade& c) {
+  return {const_cast<float*>(c.suffix_o.data()), const_cast<float*>(c.suffix_lse.data()), c.suffix_splits,
+          c.suffix_keys_per_split};
+}
+
 // The prefix pass of tile family Tiles over the gathered batch pg.
 template <int HEAD_DIM, class Tiles>
 void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& c, cudaStream_t stream) {
@@ -244,20 +250,17 @@ void launch_prefix(const AttentionParams& pg, const Packing& pk, const Cascade& 
 // The suffix pass of tile family Tiles over the real batch, with the prefix
 // partials merged in its epilogue (or, for split decodes, in the merge kernel).
 template <int HEAD_DIM, class Tiles, class Adapt>
-void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
+void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c, cudaStream_t stream,
                    const Adapt& adapt) {
   const PrefixPartials prefix = prefix_partials(c);
-  const bool decode_only = p.batch.decode_only || p.batch.max_query_len <= 1;
-  const stage04::SplitPlan sp = stage04::plan_rule(p, stage04::sm_count(), suffix_span);
-  if (decode_only && sp.num_splits > 1) {
+  if (c.suffix_splits > 1) {  // a decode batch that plan() split (its partials are the plan's)
     SuffixSplits slice;
-    static_cast<stage04::Splits&>(slice) =
-        stage04::workspace_splits(p, sp.num_splits, sp.blocks_per_split * p.kv.block_size);
+    static_cast<stage04::Splits&>(slice) = suffix_splits(c);
     slice.suffix_begin = c.suffix_begin.data();
     const auto adapted = adapt(slice);
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
       Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
-          p, pk, adapted, dim3(sp.num_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
+          p, pk, adapted, dim3(c.suffix_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
     });
     launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
            p, static_cast<const stage04::Splits&>(slice), prefix);
@@ -285,7 +288,7 @@ AttentionParams gathered_batch(const AttentionParams& p, const Cascade& c) {
 // Both passes with tile family Tiles; `adapt` wraps the suffix pass's Slice
 // (stage 08 adds sinks to each row's own partial there).
 template <class Tiles, class Adapt = stage03::SameSlice>
-void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, int suffix_span, cudaStream_t stream,
+void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c, cudaStream_t stream,
                   const Adapt& adapt = {}) {
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
     if (c.num_groups > 0) {
@@ -297,7 +300,7 @@ void forward_with(const AttentionParams& p, const Packing& pk, const Cascade& c,
       pg.q = c.q.data();
       launch_prefix<HEAD_DIM, Tiles>(pg, pk, c, stream);
     }
-    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, suffix_span, stream, adapt);
+    launch_suffix<HEAD_DIM, Tiles>(p, pk, c, stream, adapt);
   });
 }
 

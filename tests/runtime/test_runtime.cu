@@ -594,6 +594,74 @@ TEST(Graph, AllocationOrSyncCopyInvalidatesTheCapture) {
   }
 }
 
+// Fork and join inside a capture, as a second stream is used beside a
+// pass: the side stream waits on an event recorded in the capture and so joins
+// it; its work is recorded, not run, and replays between the fork and the join.
+TEST(Graph, ForkedStreamJoinsTheCapture) {
+  constexpr int n = 200;
+  DeviceArray<int> x(n), y(n);
+  cudaStream_t stream, side;
+  cudaEvent_t fork, join;
+  PA_CHECK(cudaStreamCreate(&stream));
+  PA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  PA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  PA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  PA_CHECK(cudaMemset(x.ptr, 0, n * sizeof(int)));
+  PA_CHECK(cudaMemset(y.ptr, 0, n * sizeof(int)));
+  PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  PA_CHECK(cudaEventRecord(fork, stream));
+  PA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+  cudaStreamCaptureStatus status;
+  PA_CHECK(cudaStreamIsCapturing(side, &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive) << "a stream that waits on a captured event joins the capture";
+  pa::launch(add_kernel, dim3(2), dim3(128), 0, stream, x.ptr, n, 3);
+  pa::launch(add_kernel, dim3(2), dim3(128), 0, side, y.ptr, n, 4);
+  PA_CHECK(cudaEventRecord(join, side));
+  PA_CHECK(cudaStreamWaitEvent(stream, join, 0));
+  pa::launch(add_kernel, dim3(2), dim3(128), 0, stream, y.ptr, n, 1);  // after the join: sees the side's work
+  cudaGraph_t graph;
+  PA_CHECK(cudaStreamEndCapture(stream, &graph));
+  PA_CHECK(cudaStreamIsCapturing(side, &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone) << "the capture's end releases the joined stream";
+  cudaGraphExec_t exec;
+  PA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+#if !defined(__CUDACC__)
+  EXPECT_EQ(y.download(), std::vector<int>(n, 0)) << "the side stream's captured work must not run at capture";
+#endif
+  PA_CHECK(cudaGraphLaunch(exec, stream));
+  PA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(x.download(), std::vector<int>(n, 3));
+  EXPECT_EQ(y.download(), std::vector<int>(n, 5)) << "the side stream's work replays with the graph";
+  PA_CHECK(cudaGraphExecDestroy(exec));
+  PA_CHECK(cudaGraphDestroy(graph));
+  PA_CHECK(cudaEventDestroy(join));
+  PA_CHECK(cudaEventDestroy(fork));
+  PA_CHECK(cudaStreamDestroy(side));
+  PA_CHECK(cudaStreamDestroy(stream));
+}
+
+// A joined stream whose last work the origin never waits for leaves the graph
+// unjoined: ending the capture fails, as on a GPU.
+TEST(Graph, ForkWithoutJoinFailsAtTheEnd) {
+  DeviceArray<int> y(8);
+  cudaStream_t stream, side;
+  cudaEvent_t fork;
+  PA_CHECK(cudaStreamCreate(&stream));
+  PA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  PA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  PA_CHECK(cudaEventRecord(fork, stream));
+  PA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+  pa::launch(add_kernel, dim3(1), dim3(32), 0, side, y.ptr, 8, 1);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(graph, nullptr);
+  (void)cudaGetLastError();
+  PA_CHECK(cudaEventDestroy(fork));
+  PA_CHECK(cudaStreamDestroy(side));
+  PA_CHECK(cudaStreamDestroy(stream));
+}
+
 #if !defined(__CUDACC__)
 
 template <class F>
