@@ -3,11 +3,17 @@
 #pragma once
 
 #include <climits>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "tests/harness.h"
 #include "tests/sink_cases.h"
+
+namespace pa::stage07 {
+// gtest prints a Path in failures by name (it would print a 1-byte enum as its bytes).
+inline void PrintTo(Path path, std::ostream* os) { *os << (path == Path::cascade ? "cascade" : "plain"); }
+}  // namespace pa::stage07
 
 namespace pa::test {
 

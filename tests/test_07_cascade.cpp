@@ -15,6 +15,7 @@
 // stage 05.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <stdexcept>
@@ -48,6 +49,38 @@ int queries_of(const BatchMeta& m, const PrefixGroup& g) {
   return n;
 }
 
+// A prefix counted twice (the suffix pass reading it again, or its partials
+// merged twice) adds its share of the softmax denominator once more: each
+// cascaded row's lse comes out too high by ln(1 + prefix share), up to ln 2 =
+// 0.69 where the prefix holds all the weight. The oracle's report shows the
+// numbers; this names the likely cause beside them.
+void expect_prefix_counted_once(const Problem& p, const std::vector<PrefixGroup>& groups,
+                                const stage07::Cascade& plan, const OracleResult& want,
+                                const std::vector<float>& lse) {
+  const int H = p.cfg.num_q_heads;
+  int rows = 0, high = 0;
+  double worst = 0.0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (plan.paths[g] != Path::cascade) continue;
+    for (const int r : groups[g].members) {
+      for (int t = p.meta.query_start_loc[r]; t < p.meta.query_start_loc[r + 1]; ++t) {
+        for (int h = 0; h < H; ++h) {
+          const size_t i = static_cast<size_t>(t) * H + h;
+          const double d = lse[i] - want.lse[i];
+          ++rows;
+          high += d > 0.05 && d < std::log(2.0) + 0.01;
+          worst = std::max(worst, d);
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(rows > 0 && 2 * high > rows)
+      << high << " of " << rows << " cascaded rows have an lse too high, by up to " << worst
+      << " (ln 2 = 0.693 when the prefix holds all the weight): the prefix seems counted twice. The suffix "
+         "pass must start at the request's suffix_begin (TODO 3), and the merge must take each prefix split "
+         "once (TODO 2)";
+}
+
 class Stage07 : public testing::TestWithParam<CascadeCase> {};
 
 TEST_P(Stage07, MatchesOracleAndPlainPath) {
@@ -74,8 +107,10 @@ TEST_P(Stage07, MatchesOracleAndPlainPath) {
   stage07::forward(db.params(), plan);
   const std::string label = "case " + k.c.name + " (force " + std::to_string(k.force) +
                             ")";
-  expect_device_matches_oracle(p, db, label, reference_attention(p));
+  const OracleResult want = reference_attention(p);
+  expect_device_matches_oracle(p, db, label, want);
   const std::vector<float> out = db.out_host(), lse = db.lse_host();
+  expect_prefix_counted_once(p, groups, plan, want, lse);
 
   db.poison_outputs();
   run_plain(p, db, groups);

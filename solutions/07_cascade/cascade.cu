@@ -143,14 +143,19 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     plens.push_back(grp.prefix_len);
     c.max_group_tokens = std::max(c.max_group_tokens, group_tokens);
     c.max_prefix_len = std::max(c.max_prefix_len, grp.prefix_len);
-    c.max_prefix_blocks = std::max(c.max_prefix_blocks, static_cast<int>(grp.blocks.size()));
+    // The table spans the prefix pass's positions, its queries' included (see below).
+    const long long spanned = ceil_div64(grp.prefix_len + static_cast<long long>(group_tokens), p.kv.block_size);
+    c.max_prefix_blocks = std::max({c.max_prefix_blocks, static_cast<int>(grp.blocks.size()), static_cast<int>(spanned)});
   }
   c.num_groups = static_cast<int>(plens.size());
   c.num_tokens = static_cast<int>(rows.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     if (c.paths[g] == Path::plain) continue;
     std::vector<int> ids = groups[g].blocks;
-    ids.resize(c.max_prefix_blocks, ids.front());  // padding entries past the prefix are never read
+    // Entries past the prefix repeat its first block. A correct prefix pass never
+    // reads them; a key range not clipped to prefix_len (TODO 1) reads real,
+    // wrong keys there, which the tests report, instead of an unmapped block.
+    ids.resize(c.max_prefix_blocks, ids.front());
     table.insert(table.end(), ids.begin(), ids.end());
   }
   for (int r = 0; r < R; ++r) c.max_own_keys = std::max(c.max_own_keys, meta.seq_lens[r] - suffix_begin[r]);
