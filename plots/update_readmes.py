@@ -13,9 +13,19 @@ rewrites the part of each README between the lines
 
 with one table headed by a line that names the device, the date and the
 read-probe bandwidth of the run:
-  - steps/NN_name/README.md: that stage's backends on a few cases (stage 07:
-    its main case and the cost model's score over the grid, from the cascade
-    JSON; the others from the bench JSON);
+  - steps/NN_name/README.md: that stage's backends on a few cases, from the
+    bench JSON (stage 08: each case beside the same case without sinks, the
+    sinks' cost over the decode sweep and its two targets); stage 07's from the
+    cascade JSON: the main case on the stage's own path (07_cascade against
+    07_plain and stage 04 on shared and private blocks) with the engine's
+    cascade (engine_cascade, going further) as one more column, then the two
+    cost models' scores over the grid (07_auto, the stage's; engine_auto, the
+    engine's, by tests/test_cascade_model.cpp's bounds), the grid cells where
+    plain wins, the target at S = 128 and the fixed part of a step, each by
+    plots/plot_cascade.py's rules. A run of the older bench_cascade (07_classic,
+    e.g. plots/h200/cascade.json) is read with its names mapped to today's and
+    the table says so; a run without the grid gives the main case and names
+    what is missing; one without cascade_main's 07_cascade is refused;
   - README.md: the headline rows, each case on the stage that teaches it,
     beside stage 01 and the vendor libraries; the full table, every backend on every
     case, is written to summary.md beside the bench JSON by plots/summarize.py
@@ -29,7 +39,8 @@ BENCH_JSON defaults to plots/h200/bench.json, --torch to plots/h200/torch.json
 and --cascade to plots/h200/cascade.json (the last committed runs). --stage
 takes a stage's number or name, or "top" for README.md and the full table.
 --check writes nothing and exits 1 if any table differs from what the JSON
-gives.
+gives. A table that the run leaves mostly blank (a partial run) is written
+anyway, with a warning on stderr naming it: commit tables of a full run only.
 """
 import argparse
 import json
@@ -309,6 +320,25 @@ def sinks_targets(run):
     return "Targets: " + "; ".join(out) + "." if out else ""
 
 
+def sinks_sweep(run):
+    """The learned sink's cost over the decode sweep (Qwen3-8B, 4096 tokens): 08_attention_sinks over 04_split_kv."""
+    pairs = []
+    for family, backend, label in list(run.entries):
+        if family == "decode" and backend == "04_split_kv" and label.endswith("/ctx:4096") and batch_of(label):
+            base, sinks = run.get(family, backend, label), run.get(family, "08_attention_sinks", label)
+            if base and sinks:
+                pairs.append((int(batch_of(label)), base["ms_median"], sinks["ms_median"]))
+    if len(pairs) < 2:
+        return ""
+    pairs.sort()
+    (b0, base0, sinks0), rest = pairs[0], pairs[1:]
+    ratios = [s / b for _, b, s in rest]
+    return (f"Over the decode sweep (Qwen3-8B, {b0} to {rest[-1][0]} requests x 4096 tokens), the time with learned "
+            f"sinks over the time without is {min(ratios):.3f}-{max(ratios):.3f}x from {rest[0][0]} requests up; at "
+            f"{b0} request{'' if b0 == 1 else 's'}, where a step takes {base0 * 1e3:.1f} µs, the sinks add "
+            f"{(sinks0 - base0) * 1e3:.2f} µs ({sinks0 / base0:.3f}x).")
+
+
 STAGES["08_attention_sinks"] = {
     "note": "Decodes, 64 requests. gpt-oss: 64 q / 8 kv heads, head_dim 64, full layers and 128-token windows "
             "on alternate layers. `08_sinks_window`: learned sinks, 4 sink tokens and the window. Floor: the "
@@ -322,7 +352,7 @@ STAGES["08_attention_sinks"] = {
              ("gpt-oss full layer, 64 x 4096", "gptoss", "layer:full/batch:64/ctx:4096"),
              ("gpt-oss window-128 layer, 64 x 4096", "gptoss", "layer:window128/batch:64/ctx:4096"),
              ("Qwen3-8B, 64 x 32768, window 4096", "window", "batch:64/ctx:32768/window:4096")],
-    "summary": sinks_targets,
+    "summary": lambda run: "\n".join(line for line in (sinks_sweep(run), sinks_targets(run)) if line),
 }
 
 
@@ -396,14 +426,21 @@ TOP = {
 }
 
 
-def table(run, spec):
+WARNINGS = []  # printed by main(): tables that a partial run leaves mostly blank
+
+
+def table(run, spec, where=""):
     head = ["case"] + [c[0] for c in spec["columns"]]
     lines = [run.header(spec.get("shape", True)) + ". " + spec["note"], "",
              "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
+    blank = 0
     for title, family, label in spec["rows"]:
         cells = [title] + [fn(run, family, label) for _, fn in spec["columns"]]
+        blank += all(c == DASH or c.startswith("`") for c in cells[1:])
         lines.append("| " + " | ".join(cells) + " |")
+    if blank and where:
+        WARNINGS.append(f"{where}: {blank} of {len(spec['rows'])} rows have no measurement in this run")
     summary = spec.get("summary", lambda run: "")(run)
     if summary:
         lines += ["", summary]
@@ -422,41 +459,67 @@ def block(body, source="bench/bench_attention's JSON"):
 # ---- Stage 07, from bench_cascade's JSON (names family/backend/field:value/..., read by plot_cascade.py).
 
 CASCADE_SHAPES = {"qwen3": "Qwen3-8B", "mha": "MHA 32/32"}
+CASCADE_VARIANTS = {"07_cascade": "07 cascade", "engine_cascade": "the engine"}
+
+
+def shape_order(shape):
+    return list(CASCADE_SHAPES).index(shape) if shape in CASCADE_SHAPES else len(CASCADE_SHAPES)
 
 
 def cascade_table(doc):
-    """The main case per shape and S, then the cost model's score over the grid and the target at S = 128."""
-    runs = plot_cascade.entries(doc)
+    """Stage 07's main case per shape and S (the stage's own path, stage 04 and the engine beside it), then
+    the two cost models' scores over the grid, where plain wins, the target at S = 128 and the fixed part."""
+    pc = plot_cascade
+    runs = pc.entries(doc)
     ctx = Run(doc)
     try:
         read_gbps = float(doc.get("context", {}).get("read_bandwidth_GBps", 0) or 0)
     except ValueError:
         read_gbps = 0.0
-    main = {}
-    for (family, backend, fields), b in runs.items():
-        if family == "cascade_main" and plot_cascade.ok(b):
-            key = (plot_cascade.field(fields, "shape"), int(plot_cascade.field(fields, "P")),
-                   int(plot_cascade.field(fields, "B")), int(plot_cascade.field(fields, "S")))
-            main.setdefault(key, {})[(backend, plot_cascade.field(fields, "layout"))] = b
+    rows, borrowed = pc.main_cells(runs)
+    main = {key: {k: b for k, b in by.items() if pc.ok(b)} for key, by in rows.items()}
+    main = {key: by for key, by in main.items() if by}
     if not main:
-        raise SystemExit("cascade JSON: no cascade_main benchmark ran")
+        raise SystemExit("cascade JSON: no cascade_main benchmark ran (bench_cascade's main case, which stage 07's "
+                         "table shows: run bench_cascade without --benchmark_filter, or with cascade_main)")
+    if not any(("07_cascade", "shared") in by for by in main.values()):
+        found = sorted({backend for by in main.values() for backend, _ in by})
+        raise SystemExit("cascade JSON: cascade_main has no 07_cascade entry (stage 07's own cascade, which its "
+                         f"README's table measures); the variants it has: {', '.join(found)}"
+                         + (" (names mapped from the older bench_cascade's)" if pc.is_legacy(doc) else ""))
     P, B = next(iter(sorted(main)))[1:3]
-    lines = [ctx.header(shape=False) + f" (`bench/bench_cascade`). B = {B} decodes share a P = {P}-token prefix; "
-             "each has S positions of its own and one decode token. Shapes: Qwen3-8B (32 q / 8 kv heads) and MHA "
-             "(32 / 32), head_dim 128, block size 16. Floor: the cascade's bytes (the prefix once + every "
-             "request's own positions) over the probe's bandwidth. *07 cascade*: `plan()`'s default (the "
-             "going-further prefix pass); *07 classic*: the stage's own prefix pass (stage 03's tiles); *04 shared*: stage 04 over the same physically shared blocks (the L2 may serve "
-             "repeats); *04 private*: each request with its own copy.", "",
-             "| shape | S | floor µs | 07 cascade ms | 07 classic ms | 04 shared ms | 04 private ms | "
-             "vs 04 shared | vs 04 private | of floor |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    targets = []
-    for key in sorted(main, key=lambda k: (list(CASCADE_SHAPES).index(k[0]) if k[0] in CASCADE_SHAPES else 9, k)):
+    plain_borrowed = any(backend == "07_plain" for _, backend in borrowed)
+    plain_any = any(("07_plain", "shared") in by for by in main.values())
+    plain_src = ("; timed in the grid, so only for its Qwen3-8B shape" if plain_borrowed else
+                 "" if plain_any else "; timed in the grid only, which this run lacks")
+    smoke = str(doc.get("context", {}).get("flavor", "")).startswith("cpu")
+    header = (ctx.header(shape=False) + f" (`bench/bench_cascade`). B = {B} decodes share a P = {P}-token prefix, "
+              "each with S positions of its own and one decode token; Qwen3-8B (32 q / 8 kv heads) and MHA "
+              "(32 / 32), head_dim 128, block size 16. *floor*: the cascade's bytes (the prefix once + each "
+              "request's own positions) over the probe's bandwidth. This stage's `plan()` + `forward()`: "
+              "*07 cascade* forced (`force = 1`: the prefix pass, on stage 03's tiles, reads the prefix once for "
+              "the group), *07 plain* forced (`force = 0`: each request reads the whole prefix"
+              f"{plain_src}). Stage 04 on the same batch: *04 shared* over the same shared blocks (the L2 may "
+              "serve the repeats), *04 private* with a copy of the prefix per request. *vs X*: X's time over "
+              "07 cascade's; *of floor*: the floor over 07 cascade's time. *engine*: going further, not this "
+              "stage's path: the engine's forced cascade (`engine::plan_cascade` + `run_cascade`), its prefix pass "
+              "on Hopper's warpgroup MMA (`going_further/`).")
+    if smoke:
+        header += " A CPU smoke run (smaller head counts): its timings mean nothing."
+    if pc.is_legacy(doc):
+        header += f" Note: {pc.LEGACY_NOTE_SHORT}."
+    lines = [header, "",
+             "| shape | S | floor µs | 07 cascade ms | 07 plain ms | 04 shared ms | 04 private ms | vs 07 plain | "
+             "vs 04 shared | vs 04 private | of floor | engine (going further) ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    targets = {}
+    for key in sorted(main, key=lambda k: (shape_order(k[0]), k)):
         shape, _, _, S = key
         by = main[key]
-        c, classic = by.get(("07_cascade", "shared")), by.get(("07_classic", "shared"))
+        c, plain = by.get(("07_cascade", "shared")), by.get(("07_plain", "shared"))
         s04, p04 = by.get(("04_split_kv", "shared")), by.get(("04_split_kv", "private"))
-        any_run = next(b for b in (c, classic, s04, p04) if b is not None)
+        engine = by.get(("engine_cascade", "shared"))
+        any_run = next(iter(by.values()))
         floor_us = any_run["kv_bytes"] / (read_gbps * 1e9) * 1e6 if read_gbps else None
 
         def cell_ms(b):
@@ -464,29 +527,70 @@ def cascade_table(doc):
 
         def vs(base):
             return f"{base['ms_median'] / c['ms_median']:.1f}x" if base and c else DASH
-        frac = f"{c['floor_fraction']:.2f}" if c and "floor_fraction" in c else DASH
+        frac = f"{c['floor_fraction']:.2f}" if c and "floor_fraction" in c and read_gbps else DASH
         name = CASCADE_SHAPES.get(shape, shape)
         lines.append(f"| {name} | {S} | {f'{floor_us:.1f}' if floor_us else DASH} | {cell_ms(c)} | "
-                     f"{cell_ms(classic)} | {cell_ms(s04)} | {cell_ms(p04)} | {vs(s04)} | {vs(p04)} | {frac} |")
-        if S == plot_cascade.TARGET_S and floor_us and c:
-            targets.append((name, plot_cascade.FLOOR_TARGET * floor_us, c["ms_median"] * 1e3))
-    cells = plot_cascade.grid_cells(runs)
-    judged, faster, _, worst, _ = plot_cascade.dispatch_score(cells)
+                     f"{cell_ms(plain)} | {cell_ms(s04)} | {cell_ms(p04)} | {vs(plain)} | {vs(s04)} | {vs(p04)} | "
+                     f"{frac} | {cell_ms(engine)} |")
+        if S == pc.TARGET_S and floor_us:
+            targets[name] = (pc.FLOOR_TARGET * floor_us,
+                             [(label, by[(be, "shared")]["ms_median"] * 1e3) for be, label in CASCADE_VARIANTS.items()
+                              if (be, "shared") in by])
     lines.append("")
-    if judged:
-        axes = [sorted({k[i] for k in cells}) for i in (1, 2, 3)]
+    met = lambda good: "met" if good else "not met"  # noqa: E731
+    cells = pc.grid_cells(runs)
+    # cascade_fit only adds the MHA shape's fixed part (the last line), and the older bench ran it apart.
+    missing = pc.missing_families(runs, ("cascade_grid",) if pc.is_legacy(doc) else ("cascade_grid", "cascade_fit"))
+    if missing:
+        lines.append(missing + " Run `bench_cascade` without a filter for what is missing here.")
+        WARNINGS.append(f"steps/07_cascade/README.md: {missing.replace('`', '')}")
+    stage, engine = pc.dispatch_score(cells, pc.STAGE_MODEL), pc.dispatch_score(cells, pc.ENGINE_MODEL)
+    if stage.judged or engine.judged or engine.unrecorded:
+        judged_keys = [k for k, *_ in pc.dispatch_picks(cells, pc.STAGE_MODEL)] or list(cells)
+        axes = [sorted({k[i] for k in judged_keys}) for i in (1, 2, 3)]
         grid = " × ".join(f"{n} ∈ {{{', '.join(map(str, v))}}}" for n, v in zip("PBS", axes))
-        met = lambda good: "met" if good else "not met"  # noqa: E731
-        lines.append(f"The cost model (`07_auto`, measured in the same run) over the grid {grid}, Qwen3-8B shape: "
-                     f"the faster path in {faster} of {judged} cells (target ≥ "
-                     f"{plot_cascade.FASTER_TARGET:.0%}: {met(faster / judged >= plot_cascade.FASTER_TARGET)}), "
-                     f"its worst pick {worst:.2f}x the faster path's time (target ≤ "
-                     f"{plot_cascade.SLOWDOWN_TARGET:.2f}x: {met(worst <= plot_cascade.SLOWDOWN_TARGET)}).")
+        parts = []
+        if stage.judged:
+            parts.append(f"this stage's (`07_auto`, `force = -1`: TODO 4's `choose_path`) the faster in "
+                         f"{stage.faster} of {stage.judged} cells (target ≥ {pc.FASTER_TARGET:.0%}: "
+                         f"{met(stage.fraction_met())}), worst pick {stage.worst_chosen:.2f}x the faster path's "
+                         f"time (target ≤ {pc.SLOWDOWN_TARGET:.2f}x: {met(stage.slowdown_met())})")
+        else:
+            parts.append("this stage's (`07_auto`) is not scored: the run lacks its forced paths or its pick")
+        stand_in = "" if pc.is_legacy(doc) else ", which stands in for the engine's untimed plain path"
+        if engine.judged:
+            parts.append(f"the engine's (`engine_auto`, against the engine's cascade and 07 plain{stand_in}) "
+                         f"{engine.faster} of {engine.judged} (target ≥ {pc.ENGINE_FASTER[0]} of "
+                         f"{pc.ENGINE_FASTER[1]}, `tests/test_cascade_model.cpp`: {met(engine.fraction_met())}), "
+                         f"worst {engine.worst_chosen:.2f}x (≤ {pc.SLOWDOWN_TARGET:.2f}x: "
+                         f"{met(engine.slowdown_met())})")
+        elif engine.unrecorded:
+            parts.append(f"the engine's (`engine_auto`) ran in {engine.unrecorded} cells but does not record which "
+                         "path it chose (no `cascaded_groups` counter), so it is not scored")
+        lines.append(f"Cost models over the grid {grid} (Qwen3-8B), each pick against the faster forced path of "
+                     "its cell: " + "; ".join(parts) + ".")
+        wins = pc.plain_wins(cells, pc.STAGE_MODEL)
+        if stage.judged or wins:
+            lines.append(f"Where 07 plain beat 07 cascade by more than {pc.TIE:.0%}: {pc.cells_phrase(wins)}."
+                         if wins else f"07 cascade was faster than 07 plain, or within {pc.TIE:.0%}, in every cell.")
+    elif cells:
+        lines.append("The grid ran without both forced paths and a cost model's pick in any cell: the cost models "
+                     "are not scored.")
     if targets:
-        lines.append(f"The target at S = {plot_cascade.TARGET_S}, the cascade within {plot_cascade.FLOOR_TARGET}x "
-                     "of its floor: " + "; ".join(
-                         f"{name} ≤ {limit:.1f} µs, measured {got:.1f} µs ({'met' if got <= limit else 'not met'})"
-                         for name, limit, got in targets) + ".")
+        lines.append(f"The target at S = {pc.TARGET_S}, the cascade within {pc.FLOOR_TARGET}x of its floor: " +
+                     "; ".join(f"{name} ≤ {limit:.1f} µs: " +
+                               ", ".join(f"{label} {got:.1f} µs ({met(got <= limit)})" for label, got in got_by)
+                               for name, (limit, got_by) in targets.items()) + ".")
+    fixed = [(label, CASCADE_SHAPES.get(shape, shape), pc.fixed_part(runs, backend, shape, B))
+             for backend, label in CASCADE_VARIANTS.items()
+             for shape in sorted({k[0] for k in main}, key=shape_order)]
+    fixed = [f for f in fixed if f[2] is not None]
+    if fixed:
+        lines.append(f"Paid by every step whatever P and S are (the fixed part of a least-squares fit, time = "
+                     f"fixed + P × a + S × b, over the cells with P ≥ 512 at B = {B} of the grid and "
+                     "`cascade_fit`; "
+                     "`plots/plot_cascade.py`): " +
+                     "; ".join(f"{label}, {shape}: {us:.1f} µs" for label, shape, us in fixed) + ".")
     return "\n".join(lines)
 
 
@@ -529,14 +633,14 @@ def targets(args):
     for name, spec in STAGES.items():
         if wanted(name):
             out.append(readme(ROOT / "steps" / name / "README.md", f"steps/{name}/README.md",
-                              lambda spec=spec: block(table(run, spec))))
+                              lambda spec=spec, name=name: block(table(run, spec, f"steps/{name}/README.md"))))
     if wanted("07_cascade"):
         with open(args.cascade) as f:
             cascade = json.load(f)
         out.append(readme(ROOT / "steps" / "07_cascade" / "README.md", "steps/07_cascade/README.md",
                           lambda: block(cascade_table(cascade), "bench/bench_cascade's JSON")))
     if not args.stage or "top" in args.stage:
-        out.append(readme(ROOT / "README.md", "README.md", lambda: block(table(run, TOP))))
+        out.append(readme(ROOT / "README.md", "README.md", lambda: block(table(run, TOP, "README.md"))))
         summary = pathlib.Path(args.bench).resolve().parent / "summary.md"
         old = summary.read_text() if summary.exists() else ""
         out.append((summary, str(summary.relative_to(ROOT)) if summary.is_relative_to(ROOT) else str(summary),
@@ -570,7 +674,10 @@ def main():
     args = ap.parse_args()
 
     stale, written = [], 0
-    for path, where, old, new in targets(args):
+    files = targets(args)
+    for warning in WARNINGS:
+        print(f"warning: {warning} (a partial run?)", file=sys.stderr)
+    for path, where, old, new in files:
         if new == old:
             continue
         if args.check:
