@@ -194,7 +194,7 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
   // Each member's decode query attends every prefix position: Q K^T and P V,
   // 2 FLOPs per multiply-add each, for all query heads (the prefix pass's work).
   state.counters["prefix_flops"] = 4.0 * cfg.num_q_heads * cfg.head_dim * static_cast<double>(c.batch) * c.prefix_len;
-  if (v.runner == Runner::stage07) {
+  if (v.runner == Runner::stage07 || v.runner == Runner::engine) {
     int cascaded = 0;
     for (const stage07::Path path : plan.paths) cascaded += path == stage07::Path::cascade;
     state.counters["cascaded_groups"] = cascaded;
