@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "cuda_compat.cuh"
+#include "tile_contract.cuh"
 
 namespace pa {
 
@@ -78,22 +79,20 @@ void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
 #endif
 }
 
-// The tile kernels' launch (stages 03-05's launch_tile): a kernel whose Slice
-// (the policy of which keys and rows a program serves, stage 03) reads the
-// results of the kernel just before it only after wait_for_prior_grid()
-// declares `static constexpr bool AFTER_PRIOR_GRID = true`, and is started
-// with launch_dependent(): its programs may walk their own keys while that
-// kernel finishes (stage 07's suffix pass after its prefix pass). Every other
-// Slice is started with launch().
-template <class Slice, class... KernelArgs, class... Args>
+// The tile kernels' launch (every family's launch_tile): a kernel whose Slice
+// reads the results of the kernel just before it only after
+// wait_for_prior_grid() (after_prior_grid, tile_contract.cuh) is started with
+// launch_dependent(), so its programs may walk their own keys while that kernel
+// finishes (stage 07's suffix pass after going_further's warpgroup prefix
+// pass). Every other Slice is started with launch().
+template <Slice S, class... KernelArgs, class... Args>
 void launch_for_slice(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                       Args&&... args) {
-  if constexpr (requires { Slice::AFTER_PRIOR_GRID; }) {
-    if constexpr (Slice::AFTER_PRIOR_GRID) {
-      return launch_dependent(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
-    }
+  if constexpr (after_prior_grid<S>) {
+    launch_dependent(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
+  } else {
+    launch(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
   }
-  launch(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
 }
 
 // Dynamic shared memory as a typed pointer. `extern __shared__` cannot bind to a

@@ -57,6 +57,7 @@
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
+#include "common/tile_contract.cuh"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
 
@@ -75,7 +76,7 @@ stage04::SplitPlan invariant_plan(int span_keys, int block_size) {
 // or a slice derived from it), decode rows only, partials in a layout indexed
 // by request: part_o [num_splits, num_requests, Hq, head_dim], part_lse
 // [num_splits, num_requests, Hq].
-template <class Inner>
+template <Slice Inner>
 struct InvariantSplits : Inner {
   __device__ __forceinline__ bool serves(int q_len) const { return q_len == 1; }
 
@@ -88,13 +89,15 @@ struct InvariantSplits : Inner {
     stage04::store_partial_row(this->part_o, this->part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
   }
 };
+static_assert(Slice<InvariantSplits<stage04::Splits>>);
 
 // The Slice of the whole-tile launch in this mode: Inner (stage 03's
 // WholeContext, as a launcher adapts it) for requests with more than one query.
-template <class Inner>
+template <Slice Inner>
 struct ServesPrefills : Inner {
   __device__ __forceinline__ bool serves(int q_len) const { return q_len > 1; }
 };
+static_assert(Slice<ServesPrefills<stage03::WholeContext>>);
 
 // Program (request r, query head h) folds the partials of r's decode row in
 // split order, thread i owning dims 4i..4i+3; empty partials are skipped.
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(HEAD_DIM / 4) merge_invariant_kernel(Attention
 // The decode rows of the batch: family Tiles's decode tile per (split, KV head,
 // request) over `splits` (invariant_plan's splits in the engine's workspace, or
 // a slice derived from them), then the fold. `adapt` wraps the split Slice (stage 08's sinks).
-template <class Tiles, class Mask, class SplitSlice, class Adapt = stage03::SameSlice>
+template <TileFamily Tiles, Mask M, Slice SplitSlice, class Adapt = stage03::SameSlice>
 void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits,
                              cudaStream_t stream, const Adapt& adapt = {}) {
   InvariantSplits<SplitSlice> invariant;
@@ -149,7 +152,7 @@ void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& p
   const dim3 grid(splits.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
-      Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+      Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, M>(p, pk, slice, grid, stream);
     });
     launch(merge_invariant_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
            p, static_cast<const stage04::Splits&>(splits));
@@ -159,7 +162,7 @@ void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& p
 // The rows of requests with more than one query: family Tiles's 128-row tile
 // over their whole context, whatever the batch's longest query. Nothing to do
 // when the host-side bounds say every request is a decode.
-template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
+template <TileFamily Tiles, Mask M, class Adapt = stage03::SameSlice>
 void launch_invariant_tiles(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
                             const Adapt& adapt = {}) {
   if (p.batch.decode_only || p.batch.max_query_len <= 1) return;
@@ -170,7 +173,7 @@ void launch_invariant_tiles(const AttentionParams& p, const stage03::Packing& pk
     return s;
   };
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, prefills_only);
+    stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, M>(p, pk, stream, prefills_only);
   });
 }
 

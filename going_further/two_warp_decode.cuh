@@ -31,6 +31,7 @@
 #include "common/launch.cuh"
 #include "common/mma_fragments.cuh"
 #include "common/online_softmax.cuh"
+#include "common/tile_contract.cuh"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
 
@@ -86,9 +87,9 @@ struct WarpState {
 
 // Grid and Slice / Mask policies as stage 03's gqa_packing_kernel; one row warp.
 // Dynamic shared memory: Bf16SplitTiles::smem_bytes<T>().
-template <class T, class Slice, class Mask>
+template <class T, Slice S, Mask M>
 __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
-    two_warp_decode_kernel(AttentionParams p, stage03::Packing pk, Slice slice) {
+    two_warp_decode_kernel(AttentionParams p, stage03::Packing pk, S slice) {
   static_assert(T::ROW_WARPS == 1 && T::KV_WARPS == 2 && T::HEAD_DIM <= 128, "16 rows, keys over 2 warps, Q in registers");
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, WARP_K = T::WARP_K;
   constexpr int S_TILES = WARP_K / 8, O_TILES = HEAD_DIM / 8;
@@ -103,10 +104,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   allow_dependent_grid();
 
   stage03::QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile()) || !stage03::serves(slice, qt.q_len)) return;
+  if (!qt.init<T>(p, pk, slice.query_tile()) || !serves(slice, qt.q_len)) return;
   stage03::load_q_tile<T>(q_s, p, pk, qt);
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, 0);
-  const stage03::KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
+  const stage03::KeyRange keys = slice.key_range(M::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
 
   // This warp's WARP_K rows of K/V tile `tile` -> its half of ring slot `slot`,
   // copied by its own 32 lanes.
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   sm.init();
   int q_pos[2];
   stage03::row_positions(qt, pk, 0, g, q_pos);
-  const typename Mask::Warp mask = Mask::for_warp(p, q_pos, wk, keys.end);
+  const typename M::Warp mask = M::for_warp(p, q_pos, wk, keys.end);
   auto column_key = [](int j, int c) { return 8 * j + c; };
 
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
@@ -190,13 +191,13 @@ struct Bf16SplitTiles {
   template <int HEAD_DIM>
   using CompactDecode = stage03::Tiling<TwoWarpDecodeShape<HEAD_DIM>>;
 
-  template <class T, class Slice, class Mask>
-  static void launch_tile(const AttentionParams& p, const stage03::Packing& pk, const Slice& slice, dim3 grid,
+  template <class T, Slice S, Mask M>
+  static void launch_tile(const AttentionParams& p, const stage03::Packing& pk, const S& slice, dim3 grid,
                           cudaStream_t stream) {
     if constexpr (T::KV_WARPS == 2) {
       auto run = [&]<class U>() {
-        launch_for_slice<Slice>(two_warp_decode_kernel<U, Slice, Mask>, grid, dim3(U::NUM_THREADS), smem_bytes<U>(),
-                                stream, p, pk, slice);
+        launch_for_slice<S>(two_warp_decode_kernel<U, S, M>, grid, dim3(U::NUM_THREADS), smem_bytes<U>(), stream, p,
+                            pk, slice);
       };
       if constexpr (T::HEAD_DIM == 128) {
         if (p.kv.head_dim == 96) return run.template operator()<CompactDecode<96>>();
@@ -204,10 +205,11 @@ struct Bf16SplitTiles {
       }
       run.template operator()<T>();
     } else {
-      stage03::Bf16Tiles::launch_tile<T, Slice, Mask>(p, pk, slice, grid, stream);
+      stage03::Bf16Tiles::launch_tile<T, S, M>(p, pk, slice, grid, stream);
     }
   }
 };
+static_assert(TileFamily<Bf16SplitTiles>);
 static_assert(stage04::fits_per_sm<Bf16SplitTiles, 64>() && stage04::fits_per_sm<Bf16SplitTiles, 128>() &&
                   stage04::fits_per_sm<Bf16SplitTiles, 256>(),
               "PROGRAMS_PER_SM decode tiles must fit an H100/H200 SM");

@@ -9,8 +9,13 @@
 #include "common/attention_params.h"
 #include "common/check.h"
 #include "common/online_softmax.cuh"
+#include "common/tile_contract.cuh"
 
 namespace pa::stage03 {
+// The tile contract's vocabulary, by its stage-03 names: the kernel's Packing
+// (checked_packing() below), a program's KeyRange, a warp's WarpKeys.
+using pa::KeyRange, pa::Packing, pa::WarpKeys;
+
 // Internal linkage, like the kernel (each stage's library instantiates it).
 namespace {
 
@@ -71,14 +76,6 @@ inline std::string head_dim_refusal(int head_dim) {
   return "head_dim " + std::to_string(head_dim) + " is not supported (a multiple of 16 from 16 to 256)";
 }
 
-// Kernel arguments derived on the host once per launch (checked_packing()).
-struct Packing {
-  int group;         // query heads per KV head, 1..MAX_GROUP
-  int group_shift;   // log2(GROUP_PAD): row i of a request holds token i >> group_shift, head i & (GROUP_PAD - 1)
-  int block_shift;   // log2(block_size)
-  float scale_log2;  // softmax_scale * log2(e): scores in the shared state's log2 units
-};
-
 // Smallest s with 2^s >= x.
 inline int log2_ceil(int x) {
   int s = 0;
@@ -110,11 +107,6 @@ inline Packing checked_packing(const AttentionParams& p, const char* stage) {
 inline int query_tiles(int q_len, const Packing& pk, int rows) {
   return static_cast<int>(((static_cast<long long>(q_len) << pk.group_shift) + rows - 1) / rows);
 }
-
-// Keys [begin, end) of one program; end <= begin: none (no tile is loaded).
-struct KeyRange {
-  int begin, end;
-};
 
 }  // namespace
 }  // namespace pa::stage03

@@ -22,6 +22,7 @@
 #include "common/cp_async_ring.cuh"
 #include "common/online_softmax.cuh"
 #include "common/reduce.cuh"
+#include "common/tile_contract.cuh"
 // The learner's file. In a build of steps/, the stage's .cu has included the
 // learner's copy first; its include guard (not #pragma once, which goes by the
 // file) then skips this, the solution's, so the tile runs the learner's code.
@@ -588,9 +589,9 @@ __device__ __forceinline__ float to_output_units(FragSoftmax<O_TILES>& sm, int i
 
 // Grid and Slice / Mask policies as stage 03's gqa_packing_kernel.
 // Dynamic shared memory: CodeLayout<T>::SMEM_BYTES.
-template <class T, class Kv, class Slice, class Mask>
+template <class T, class Kv, Slice S, Mask M>
 __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
-    quantized_kernel(AttentionParams p, Packing pk, Slice slice) {
+    quantized_kernel(AttentionParams p, Packing pk, S slice) {
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, WARP_K = T::WARP_K;
   constexpr int S_TILES = WARP_K / 8, O_TILES = HEAD_DIM / 8;
   using Ring = CpAsyncRing<T::STAGES>;
@@ -603,10 +604,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const int key0 = kv_warp * WARP_K;
 
   stage03::QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile()) || !stage03::serves(slice, qt.q_len)) return;
+  if (!qt.init<T>(p, pk, slice.query_tile()) || !serves(slice, qt.q_len)) return;
   stage03::load_q_tile<T>(q_s, p, pk, qt);
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, row_warp);
-  const KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
+  const KeyRange keys = slice.key_range(M::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
 
   Tiles ring(reinterpret_cast<uint8_t*>(q_s + T::Q_ELEMS), p, KvLookup(p, qt.r, qt.kv_head), pk.block_shift,
              keys, lane, key0);
@@ -625,7 +626,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   sm.init();
   int q_pos[2];
   stage03::row_positions(qt, pk, row_warp, g, q_pos);
-  const typename Mask::Warp mask = Mask::for_warp(p, q_pos, wk, keys.end);
+  const typename M::Warp mask = M::for_warp(p, q_pos, wk, keys.end);
 
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     const int slot = Ring::template advance<Tiles::WARP_PRIVATE>(
@@ -674,13 +675,14 @@ struct QuantizedTiles {
     return CodeLayout<T>::SMEM_BYTES;
   }
 
-  template <class T, class Slice, class Mask>
-  static void launch_tile(const AttentionParams& p, const Packing& pk, const Slice& slice, dim3 grid,
+  template <class T, Slice S, Mask M>
+  static void launch_tile(const AttentionParams& p, const Packing& pk, const S& slice, dim3 grid,
                           cudaStream_t stream) {
-    launch_for_slice<Slice>(quantized_kernel<T, QuantizedKv<F>, Slice, Mask>, grid, dim3(T::NUM_THREADS),
-                            smem_bytes<T>(), stream, p, pk, slice);
+    launch_for_slice<S>(quantized_kernel<T, QuantizedKv<F>, S, M>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(),
+                        stream, p, pk, slice);
   }
 };
+static_assert(TileFamily<QuantizedTiles<KvFormat::int8>> && TileFamily<QuantizedTiles<KvFormat::fp8_e4m3>>);
 static_assert(stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 64>() &&
                   stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 128>() &&
                   stage04::fits_per_sm<QuantizedTiles<KvFormat::int8>, 256>(),

@@ -7,6 +7,7 @@
 
 #include "common/attention_params.h"
 #include "common/cuda_compat.cuh"
+#include "common/tile_contract.cuh"
 #include "common/todo.cuh"
 // Stage 06 builds on the reference solution of stage 03.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
@@ -74,6 +75,7 @@ struct SlidingWindow {
     return w;
   }
 };
+static_assert(Mask<SlidingWindow>);
 
 // The keys the longest request's decode reads: at most window + block_size - 1
 // (the loop starts on the block holding the window's first key), and never more

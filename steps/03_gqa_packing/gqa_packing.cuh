@@ -18,7 +18,8 @@
 // XOR-swizzled so that ldmatrix reads are conflict-free; the online softmax is
 // the shared FragSoftmax (common/online_softmax.cuh).
 //
-// Two policies let later stages reuse the pieces without editing this file:
+// Two policies let later stages reuse the pieces without editing this file
+// (their concepts, the tile contract: common/tile_contract.cuh):
 //  - Slice: which query tile and keys a program reads and where its finished
 //    rows go. Here WholeContext (a tile's whole causal range, final out/lse);
 //    stage 04's Splits reads one split and writes a partial.
@@ -40,6 +41,7 @@
 #include "common/mma_fragments.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/tile_contract.cuh"
 #include "common/todo.cuh"
 #include "solutions/03_gqa_packing/gqa_shapes.cuh"  // the shapes: not a file the learner edits
 
@@ -89,14 +91,7 @@ struct QueryTile {
   }
 };
 
-// The keys one warp's 16 rows need: its rows span a few tokens.
-struct WarpKeys {
-  int tile_kv_end;  // keys at or past this are masked for every row of the tile
-  int oldest_pos;   // position of the warp's first token
-  int newest_pos;   // position of its last real token
-  int kv_end;       // keys it must compute: up to its newest position; 0 for a warp of padding rows only
-};
-
+// The keys one warp's 16 rows need (WarpKeys, common/tile_contract.cuh): its rows span a few tokens.
 __device__ __forceinline__ WarpKeys warp_keys(const QueryTile& qt, const Packing& pk, int row_warp) {
   // TODO 2: the key ranges: the tile's [0, tile_kv_end), and this warp's oldest/newest token positions and kv_end
   (void)qt, (void)pk, (void)row_warp;
@@ -105,9 +100,6 @@ __device__ __forceinline__ WarpKeys warp_keys(const QueryTile& qt, const Packing
 }
 
 // The Mask policy without a window: a query at q_pos sees keys [0, q_pos].
-// A Mask answers, for the tile, where its key loop starts (first_key), and for
-// one warp (for_warp) which of its tiles to skip, which need masking at all,
-// and which keys each of the lane's two rows must not see.
 struct CausalMask {
   __device__ __forceinline__ static int first_key(const AttentionParams&, const Packing&, int /*oldest_q_pos*/) {
     return 0;
@@ -134,11 +126,12 @@ struct CausalMask {
     return Warp{{0, 0}, 0};  // placeholder: every key is masked
   }
 };
+static_assert(Mask<CausalMask>);
 
 // Sets the scores of keys a row must not see to -inf. column_key(j, c): the
 // key (from kv_start) of column c of S's 8-key tile j.
-template <int S_TILES, class MaskWarp, class ColumnKey>
-__device__ __forceinline__ void apply_mask(float (&s)[S_TILES][4], const MaskWarp& mask, int kv_start, int width,
+template <int S_TILES, MaskWarp W, class ColumnKey>
+__device__ __forceinline__ void apply_mask(float (&s)[S_TILES][4], const W& mask, int kv_start, int width,
                                            int t4, ColumnKey column_key) {
   if (!mask.needs_mask(kv_start, width)) return;
 #pragma unroll
@@ -151,8 +144,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[S_TILES][4], const MaskWar
 }
 
 // Stage 03's Slice policy: a program reads its query tile's whole causal range
-// and writes the final output and lse. A Slice answers three questions (stage
-// 04's Splits answers them differently):
+// and writes the final output and lse. Its three members answer the Slice
+// concept's questions (stage 04's Splits answers them differently).
 struct WholeContext {
   // Which query tile this program owns. Tiles are numbered from the end, so the
   // longest (last, most keys) causal tiles of a prompt start first and the short
@@ -183,19 +176,7 @@ struct WholeContext {
     if (p.lse != nullptr && t4 == 0) p.lse[q_row] = lse;
   }
 };
-
-// Whether the program of a request with q_len queries runs at all. A Slice may
-// answer with serves(q_len); one that does not (WholeContext) serves every
-// request. Stage 04's batch-invariant mode runs a mixed batch as two launches
-// whose programs each serve their own requests.
-template <class Slice>
-__device__ __forceinline__ bool serves(const Slice& slice, int q_len) {
-  if constexpr (requires { slice.serves(q_len); }) {
-    return slice.serves(q_len);
-  } else {
-    return true;
-  }
-}
+static_assert(Slice<WholeContext>);
 
 // Q tile -> shared memory [ROWS, HEAD_DIM] (swizzled), as one cp.async group.
 // Rows that are not real are zero-filled (nothing is read): their scores are 0,
@@ -339,11 +320,11 @@ __device__ __forceinline__ void accumulate_pv_bf16(float (&o)[O_TILES][4], const
   }
 }
 
-// Grid: (query tiles, or whatever Slice maps blockIdx.x to; num_kv_heads; num_requests).
+// Grid: (query tiles, or whatever the Slice maps blockIdx.x to; num_kv_heads; num_requests).
 // Dynamic shared memory: Bf16Tiles::smem_bytes<T>().
-template <class T, class Slice = WholeContext, class Mask = CausalMask>
+template <class T, Slice S = WholeContext, Mask M = CausalMask>
 __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
-    gqa_packing_kernel(AttentionParams p, Packing pk, Slice slice) {
+    gqa_packing_kernel(AttentionParams p, Packing pk, S slice) {
   static_assert(T::KV_WARPS == 1, "bf16 tiles: each warp computes all keys of its rows");
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K, STAGES = T::STAGES;
   constexpr int S_TILES = TILE_K / 8;    // 8-key column tiles of S
@@ -361,7 +342,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   // The keys this program reads, [kv_begin, kv_end): all of [0, tile_kv_end) in
   // stage 03; one split of it in stage 04; from the window's first block on in
   // stage 06. Keys at or past kv_end are masked.
-  const KeyRange keys = slice.key_range(Mask::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
+  const KeyRange keys = slice.key_range(M::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);
 
   // K/V tile `tile` -> ring slot `slot`, copied by the whole program.
   const KvLookup lookup(p, qt.r, qt.kv_head);
@@ -401,7 +382,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   sm.init();
   int q_pos[2];
   row_positions(qt, pk, warp, g, q_pos);
-  const typename Mask::Warp mask = Mask::for_warp(p, q_pos, wk, keys.end);
+  const typename M::Warp mask = M::for_warp(p, q_pos, wk, keys.end);
   auto column_key = [](int j, int c) { return 8 * j + c; };
 
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
@@ -438,8 +419,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
 
 // ---- Host side: the tile family of bf16 caches, as later stages launch it.
 //
-// A tile family names its tile shapes, its kernel and its shared memory, so that
-// stage 04's splits and stage 05/06's dispatch launch any family the same way.
+// A tile family (a TileFamily, common/tile_contract.cuh) names its tile shapes,
+// its kernel and its shared memory, so that stage 04's splits and stage 05/06's
+// dispatch launch any family the same way.
 struct Bf16Tiles {
   template <int HEAD_DIM>
   using Decode = Tiling<DecodeShape<HEAD_DIM>>;
@@ -452,40 +434,41 @@ struct Bf16Tiles {
     return sizeof(bf16) * (T::Q_ELEMS + 2 * T::STAGES * T::KV_ELEMS);
   }
 
-  template <class T, class Slice, class Mask>
-  static void launch_tile(const AttentionParams& p, const Packing& pk, const Slice& slice, dim3 grid,
+  template <class T, Slice S, Mask M>
+  static void launch_tile(const AttentionParams& p, const Packing& pk, const S& slice, dim3 grid,
                           cudaStream_t stream) {
-    launch_for_slice<Slice>(gqa_packing_kernel<T, Slice, Mask>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(), stream,
-                            p, pk, slice);
+    launch_for_slice<S>(gqa_packing_kernel<T, S, M>, grid, dim3(T::NUM_THREADS), smem_bytes<T>(), stream, p, pk,
+                        slice);
   }
 };
+static_assert(TileFamily<Bf16Tiles>);
 
 // A Slice adapter that changes nothing. Later stages pass their own to wrap a
 // launcher's Slice (stage 08 adds a sink to each row in the epilogue).
 struct SameSlice {
-  template <class Slice>
-  Slice operator()(const Slice& s) const {
+  template <Slice S>
+  S operator()(const S& s) const {
     return s;
   }
 };
 
 // Runs tile shape T over whole query tiles.
-template <class T, class Tiles, class Mask, class Adapt = SameSlice>
+template <class T, TileFamily Tiles, Mask M, class Adapt = SameSlice>
 void run_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const Adapt& adapt = {}) {
   const dim3 grid(query_tiles(p.batch.max_query_len, pk, T::ROWS), p.kv.num_kv_heads, p.batch.num_requests);
   const auto slice = adapt(WholeContext{});
-  Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+  Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, M>(p, pk, slice, grid, stream);
 }
 
 // The 16-row decode tile when every request's tile fits its rows, so a decode
 // batch has many small programs; the 128-row tile for everything else.
-template <int HEAD_DIM, class Tiles = Bf16Tiles, class Mask = CausalMask, class Adapt = SameSlice>
+template <int HEAD_DIM, TileFamily Tiles = Bf16Tiles, Mask M = CausalMask, class Adapt = SameSlice>
 void dispatch_whole_context(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const Adapt& adapt = {}) {
   using Decode = typename Tiles::template Decode<HEAD_DIM>;
   if ((p.batch.max_query_len << pk.group_shift) <= Decode::ROWS) {
-    run_whole_context<Decode, Tiles, Mask>(p, pk, stream, adapt);
+    run_whole_context<Decode, Tiles, M>(p, pk, stream, adapt);
   } else {
-    run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, adapt);
+    run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, M>(p, pk, stream, adapt);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "common/launch.cuh"
 #include "common/online_softmax.cuh"
 #include "common/stages.h"
+#include "common/tile_contract.cuh"
 #include "common/todo.cuh"
 // Stage 04 builds on the reference solution of stage 03 (its tile, as written there).
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
@@ -48,11 +49,11 @@ constexpr int MERGE_THREADS = 128;
 constexpr int PROGRAMS_PER_SM = 4;
 constexpr size_t HOPPER_SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
 // Whether PROGRAMS_PER_SM programs of tile T (of family Tiles) share an SM.
-template <class Tiles, class T>
+template <TileFamily Tiles, class T>
 constexpr bool tile_fits_per_sm() {
   return PROGRAMS_PER_SM * (Tiles::template smem_bytes<T>() + SMEM_RESERVED_PER_BLOCK) <= HOPPER_SMEM_PER_SM;
 }
-template <class Tiles, int HEAD_DIM>
+template <TileFamily Tiles, int HEAD_DIM>
 constexpr bool fits_per_sm() {
   return tile_fits_per_sm<Tiles, typename Tiles::template Decode<HEAD_DIM>>();
 }
@@ -112,6 +113,7 @@ struct Splits {
     if (t4 == 0) PA_TODO(2);
   }
 };
+static_assert(Slice<Splits>);
 
 // Program (request r, query head h) merges the num_splits partials of r's
 // decode row. Thread (split lane, chunk) owns 4 dims and the splits
@@ -269,7 +271,7 @@ constexpr bool fits_decode_tile(int group_shift) { return (1 << group_shift) <= 
 // 16-row decode tile up to groups of 16, the 128-row tile for groups of 17-64
 // (one program per SM instead of PROGRAMS_PER_SM: programs_per_sm()).
 // f.template operator()<T>().
-template <class Tiles, int HEAD_DIM, class F>
+template <TileFamily Tiles, int HEAD_DIM, class F>
 void with_decode_tile(const stage03::Packing& pk, F&& f) {
   using Decode = typename Tiles::template Decode<HEAD_DIM>;
   static_assert(Decode::ROWS == DECODE_TILE_ROWS, "every family's decode tile is one row warp");
@@ -289,13 +291,13 @@ int programs_per_sm(const AttentionParams& p) {
 // One decode tile of family Tiles per (split, KV head, request) (a q_len <= 1
 // row of GROUP_PAD heads fits it: with_decode_tile). Then, with several splits,
 // the merge.
-template <int HEAD_DIM, class Tiles, class Mask, class Adapt = stage03::SameSlice>
+template <int HEAD_DIM, TileFamily Tiles, Mask M, class Adapt = stage03::SameSlice>
 void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const Splits& part, cudaStream_t stream,
                    const Adapt& adapt = {}) {
   const dim3 grid(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   const auto slice = adapt(part);
   with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
-    Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+    Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, M>(p, pk, slice, grid, stream);
   });
   if (part.num_splits > 1) {
     launch_dependent(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
@@ -332,7 +334,7 @@ SplitPlan plan_rule(const AttentionParams& p, int num_sms, int span_keys) {
 // Plans (num_splits 0: plan_rule from the SM count), checks the plan, fills the
 // workspace and launches the split kernels of family Tiles for a validated
 // decode-only batch.
-template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
+template <TileFamily Tiles, Mask M, class Adapt = stage03::SameSlice>
 void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
                     int span_keys, const Adapt& adapt = {}) {
   const SplitPlan sp = num_splits == 0 ? plan_rule(p, sm_count(), span_keys)
@@ -340,7 +342,7 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
   check_plan(sp, span_keys, p.kv.block_size);
   const Splits part = workspace_splits(p, sp.num_splits, sp.blocks_per_split * p.kv.block_size);
   stage03::with_head_dim(p.kv.head_dim,
-                         [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, Mask>(p, pk, part, stream, adapt); });
+                         [&]<int HEAD_DIM>() { launch_splits<HEAD_DIM, Tiles, M>(p, pk, part, stream, adapt); });
 }
 
 // Serves any batch with a tile family and a mask: decode-only batches that the
@@ -348,16 +350,16 @@ void forward_splits(const AttentionParams& p, const stage03::Packing& pk, cudaSt
 // everything else whole query tiles (stage 03). span_keys: the keys the longest
 // request reads (stage 06: its window's span). Stages 05, 06 and 08 launch
 // through it.
-template <class Tiles, class Mask, class Adapt = stage03::SameSlice>
+template <TileFamily Tiles, Mask M, class Adapt = stage03::SameSlice>
 void run_splits_or_tiles(const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream, int num_splits,
                          int span_keys, const Adapt& adapt = {}) {
   const bool decode_only = check_split_request(p, num_splits);
   if (num_splits > 0 || (decode_only && plan_rule(p, sm_count(), span_keys).num_splits > 1)) {
-    forward_splits<Tiles, Mask>(p, pk, stream, num_splits, span_keys, adapt);
+    forward_splits<Tiles, M>(p, pk, stream, num_splits, span_keys, adapt);
     return;
   }
   stage03::with_head_dim(p.kv.head_dim,
-                         [&]<int HEAD_DIM>() { stage03::dispatch_whole_context<HEAD_DIM, Tiles, Mask>(p, pk, stream, adapt); });
+                         [&]<int HEAD_DIM>() { stage03::dispatch_whole_context<HEAD_DIM, Tiles, M>(p, pk, stream, adapt); });
 }
 
 }  // namespace

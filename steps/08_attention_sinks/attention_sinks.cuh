@@ -24,6 +24,7 @@
 #include "common/attention_params.h"
 #include "common/cuda_compat.cuh"
 #include "common/online_softmax.cuh"
+#include "common/tile_contract.cuh"
 #include "common/todo.cuh"
 // Stage 08 builds on the reference solutions of stages 03-07.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
@@ -38,7 +39,7 @@ using stage03::KeyRange;
 // Wraps a Slice: the row's finished state (o * inv_l, lse) is merged with the
 // sink state of its query head before the inner Slice stores it. A split-KV
 // Slice adds it in split 0 only.
-template <class Inner>
+template <Slice Inner>
 struct WithSinks : Inner {
   const float* sinks;  // [num_q_heads]  natural-log logits
 
@@ -66,14 +67,15 @@ struct WithSinks : Inner {
 struct AddSinks {
   const float* sinks;  // [num_q_heads], or null: no learned sinks
 
-  template <class Slice>
-  WithSinks<Slice> operator()(const Slice& s) const {
-    WithSinks<Slice> w;
-    static_cast<Slice&>(w) = s;
+  template <Slice S>
+  WithSinks<S> operator()(const S& s) const {
+    WithSinks<S> w;
+    static_cast<S&>(w) = s;
     w.sinks = sinks;
     return w;
   }
 };
+static_assert(Slice<WithSinks<stage03::WholeContext>> && Slice<WithSinks<stage04::Splits>>);
 
 // Stage 06's window plus the first p.sink_tokens positions, visible to every query.
 struct WindowWithSinkTokens {
@@ -105,6 +107,7 @@ struct WindowWithSinkTokens {
     return w;
   }
 };
+static_assert(Mask<WindowWithSinkTokens>);
 
 // Split-KV for decodes with sink tokens: split 0 covers the sink tokens that
 // lie before the window's first block, splits 1.. cut the window, so a decode
@@ -123,6 +126,7 @@ struct SinkTokenSplits : stage04::Splits {
     return {0, 0};  // placeholder: no keys
   }
 };
+static_assert(Slice<SinkTokenSplits>);
 
 }  // namespace
 }  // namespace pa::stage08
