@@ -16,8 +16,12 @@ void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStrea
 stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
                               int force) {
   stage07::Cascade c = stage07::plan(p, meta, groups, force, &further::WARPGROUP_PREFIX_PASS);
-  // The second stream now, where a run will fork onto it: a run only launches.
-  if (further::suffix_beside_prefix(p, c)) c.side = std::make_unique<SideStream>();
+  // The second stream and the suffix partials now, where a run will fork the
+  // suffix pass onto it (one split included): a run only launches.
+  if (further::suffix_beside_prefix(p, c)) {
+    c.side = std::make_unique<SideStream>();
+    if (c.suffix_o.size() == 0) stage07::allocate_suffix_partials(c, p);
+  }
   return c;
 }
 

@@ -36,7 +36,6 @@
 // bf16 caches with head_dim up to 128; other shapes take stage 03's tiles.
 #pragma once
 
-
 #include "common/attention_params.h"
 #include "common/check.h"
 #include "common/cuda_compat.cuh"

@@ -165,12 +165,7 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
     const stage04::SplitPlan sp = stage04::plan_rule(p, num_sms, std::max(1, c.max_own_keys));
     c.suffix_splits = sp.num_splits;
     c.suffix_keys_per_split = sp.blocks_per_split * p.kv.block_size;
-    // Partials when it splits; the warpgroup pass may also run one split beside the prefix pass.
-    if (sp.num_splits > 1 || c.warpgroup_prefix) {
-      const size_t suffix_rows = static_cast<size_t>(sp.num_splits) * meta.num_tokens * p.num_q_heads;
-      c.suffix_o.resize(suffix_rows * p.kv.head_dim);
-      c.suffix_lse.resize(suffix_rows);
-    }
+    if (sp.num_splits > 1) allocate_suffix_partials(c, p);
   }
   // Prefix splits: enough programs for one wave of the prefix pass's tiles.
   if (c.num_groups > 0) {

@@ -224,6 +224,14 @@ PrefixPartials prefix_partials(const Cascade& c) {
   return {c.part_o.data(), c.part_lse.data(), c.gathered_row_of.data(), c.num_prefix_splits, c.num_tokens};
 }
 
+// The suffix pass's partials for the plan's splits, one row per batch row: a
+// pass that writes its own keys as partials (split decodes) merges them later.
+inline void allocate_suffix_partials(Cascade& c, const AttentionParams& p) {
+  const size_t rows = static_cast<size_t>(c.suffix_splits) * p.batch.num_tokens * p.num_q_heads;
+  c.suffix_o.resize(rows * p.kv.head_dim);
+  c.suffix_lse.resize(rows);
+}
+
 // The suffix pass's splits as plan() made them for a decode batch, partials in the plan.
 stage04::Splits suffix_splits(const Cascade& c) {
   return {const_cast<float*>(c.suffix_o.data()), const_cast<float*>(c.suffix_lse.data()), c.suffix_splits,
