@@ -13,7 +13,8 @@
 // launched with the concept's name, not deep inside a kernel. Optional members
 // have their defaults here, next to the concept that allows them (serves(),
 // after_prior_grid). The batch-shape preconditions are run-time checks
-// (stage 03's checked_packing()); a concept cannot state them.
+// (stage 03's checked_packing()); a concept cannot state them. The merge of
+// finished partials has a contract of its own: PartialSource (merge.cuh).
 #pragma once
 
 #include <concepts>

@@ -63,8 +63,7 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
             Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(
                 p, pk, slice, dim3(part.num_splits, p.kv.num_kv_heads, p.batch.num_requests), l.stream);
           });
-          launch_dependent(stage04::merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads),
-                           dim3(stage04::MERGE_THREADS), 0, l.stream, p, part);
+          stage04::launch_merge_splits<HEAD_DIM>(p, part, l.stream);
         });
       }
       return;

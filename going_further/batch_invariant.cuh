@@ -22,13 +22,14 @@
 //     split: the one-split shortcut stores (m + log2 l) ln 2 as the lse, the
 //     merge of one partial (lse log2 e + log2 1) ln 2, which is not always the
 //     same float.
-//  3. The merge is a fixed fold: merge_invariant_kernel merges a row's
-//     partials one after another in split order and skips the empty ones
-//     (lse -inf), so its result is a function of the request's own non-empty
-//     partials. (merge_splits_kernel spreads splits over lanes and merges the
-//     lanes at the end, an order that does not depend on the split count
-//     either, but an empty split merged there turns an output of -0.0 into
-//     +0.0; skipping is simpler to trust than that argument.)
+//  3. The merge is a fixed fold: the shared merge (common/merge.cuh) with one
+//     lane and InvariantPartials merges a row's partials one after another in
+//     split order and skips the empty ones (lse -inf), so its result is a
+//     function of the request's own non-empty partials. (Stage 04's merge
+//     spreads splits over lanes and merges the lanes at the end, an order that
+//     does not depend on the split count either, but an empty split merged
+//     there turns an output of -0.0 into +0.0; skipping is simpler to trust
+//     than that argument.)
 //  4. The tile follows the request, not the batch: a decode (q_len == 1) runs
 //     the split path's decode tile, anything longer the 128-row tile
 //     (PrefillShape) over its whole context. A mixed batch is then two
@@ -56,6 +57,7 @@
 #include "common/check.h"
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
+#include "common/merge.cuh"
 #include "common/online_softmax.cuh"
 #include "common/tile_contract.cuh"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
@@ -99,46 +101,39 @@ struct ServesPrefills : Inner {
 };
 static_assert(Slice<ServesPrefills<stage03::WholeContext>>);
 
-// Program (request r, query head h) folds the partials of r's decode row in
-// split order, thread i owning dims 4i..4i+3; empty partials are skipped.
-// HEAD_DIM: the tile's row length (threads past head_dim have nothing to do).
-template <int HEAD_DIM>
-__global__ void __launch_bounds__(HEAD_DIM / 4) merge_invariant_kernel(AttentionParams p, stage04::Splits part) {
-  constexpr int BATCH = 8;  // partials loaded before the first merge, so their loads overlap
-  const int r = blockIdx.x, h = blockIdx.y, chunk = threadIdx.x;
-  const int row = p.batch.query_start_loc[r];
-  // Requests with no query or several: the whole tiles wrote their rows.
-  if (p.batch.query_start_loc[r + 1] - row != 1) return;
-  const int dims = p.kv.head_dim;
-  if (4 * chunk >= dims) return;  // no barrier follows
-  const size_t split_stride = static_cast<size_t>(p.batch.num_requests) * p.num_q_heads;  // rows per split
-  const size_t part_row0 = static_cast<size_t>(r) * p.num_q_heads + h;                     // its row in split 0
+// The partials of InvariantSplits as the merge (common/merge.cuh) reads them:
+// program (request r, query head h) folds the partials of r's decode row one
+// after another in split order (one lane), and skips the empty ones. Requests
+// with no query or several have no such row (the whole tiles wrote theirs).
+struct InvariantPartials {
+  const float* part_o;    // [num_splits, num_requests, Hq, head_dim]
+  const float* part_lse;  // [num_splits, num_requests, Hq]
+  int num_splits;
 
-  SoftmaxState<4> acc;  // dims [4 chunk, 4 chunk + 4)
-  acc.init();
-  for (int s0 = 0; s0 < part.num_splits; s0 += BATCH) {
-    float lse_b[BATCH];
-    float4 o_b[BATCH];
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      const size_t part_row = min(s0 + b, part.num_splits - 1) * split_stride + part_row0;  // in bounds
-      lse_b[b] = s0 + b < part.num_splits ? part.part_lse[part_row] : -INFINITY;
-      o_b[b] = *reinterpret_cast<const float4*>(part.part_o + part_row * dims + 4 * chunk);
-    }
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      if (lse_b[b] == -INFINITY) continue;  // an empty split (or past the last)
-      const float o[4] = {o_b[b].x, o_b[b].y, o_b[b].z, o_b[b].w};
-      acc.merge(SoftmaxState<4>::partial(lse_b[b], o));
-    }
+  static constexpr bool SKIPS_EMPTY = true;
+
+  struct Row : MergeRow {
+    size_t part_row0;  // r * Hq + h: the row's partial in split 0
+  };
+
+  __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
+    const int token = p.batch.query_start_loc[r];
+    const bool decode = p.batch.query_start_loc[r + 1] - token == 1;
+    return {{decode, static_cast<size_t>(token) * p.num_q_heads + h}, static_cast<size_t>(r) * p.num_q_heads + h};
   }
-  const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;  // row of [num_tokens * Hq]
-  const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + 4 * chunk);
-  dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
-  dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
-  if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
-}
+
+  __device__ __forceinline__ int num_partials() const { return num_splits; }
+
+  __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int split,
+                                                     const MergeChunk& chunk) const {
+    const size_t split_stride = static_cast<size_t>(p.batch.num_requests) * p.num_q_heads;  // rows per split
+    const size_t part_row = split * split_stride + row.part_row0;
+    float o[4];
+    chunk.load(part_o + part_row * p.kv.head_dim, o);
+    return SoftmaxState<4>::partial(part_lse[part_row], o);
+  }
+};
+static_assert(PartialSource<InvariantPartials> && skips_empty<InvariantPartials>);
 
 // The decode rows of the batch: family Tiles's decode tile per (split, KV head,
 // request) over `splits` (invariant_plan's splits in the engine's workspace, or
@@ -154,8 +149,7 @@ void launch_invariant_splits(const AttentionParams& p, const stage03::Packing& p
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
       Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, M>(p, pk, slice, grid, stream);
     });
-    launch(merge_invariant_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
-           p, static_cast<const stage04::Splits&>(splits));
+    launch_merge<HEAD_DIM, 1>(p, InvariantPartials{splits.part_o, splits.part_lse, splits.num_splits}, stream);
   });
 }
 

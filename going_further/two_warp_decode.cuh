@@ -14,8 +14,8 @@
 // rows; warp w computes keys [w * WARP_K, (w + 1) * WARP_K) of every K/V tile,
 // copying only those rows (a warp-private ring: no block barrier in the loop),
 // and at the end the two states merge with the shared state's merge, as the
-// splits do in merge_splits_kernel. Same bytes, same shared memory, twice the
-// warps to issue from.
+// splits' partials do in common/merge.cuh. Same bytes, same shared memory,
+// twice the warps to issue from.
 //
 // It runs for head_dim 64 and 128 (a 4096-byte tile has 16 keys at 256, too few
 // to halve: WARP_K must be a multiple of 16), through the tile family

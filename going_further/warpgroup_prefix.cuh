@@ -41,6 +41,7 @@
 #include "common/cuda_compat.cuh"
 #include "common/kv_lookup.cuh"
 #include "common/launch.cuh"
+#include "common/merge.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/stages.h"
@@ -55,12 +56,11 @@ namespace {
 
 // Stage 07's plan, Slices and kernels, which this pass reuses.
 using stage07::Cascade;
+using stage07::CascadePartials;
 using stage07::gathered_batch;
-using stage07::merge_cascade_kernel;
 using stage07::Packing;
 using stage07::Path;
 using stage07::prefix_partials;
-using stage07::PrefixPartials;
 using stage07::SuffixMerge;
 using stage07::SuffixSplits;
 using stage07::TileShape;
@@ -428,7 +428,7 @@ struct SuffixMergeAfterPrefix : SuffixMerge {
 
 // The suffix pass's Slice when it runs beside the prefix pass (decode batches,
 // this file): stage 04's splits over the request's own keys, each
-// split a partial, one split included; merge_cascade_kernel merges them all.
+// split a partial, one split included; the merge (CascadePartials) folds them all.
 struct SuffixPartials : SuffixSplits {
   template <int O_TILES>
   __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
@@ -505,9 +505,7 @@ void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascad
   });
   PA_CHECK(cudaEventRecord(side.join, side.stream));
   PA_CHECK(cudaStreamWaitEvent(stream, side.join, 0));
-  const PrefixPartials prefix = prefix_partials(c);
-  launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream, p,
-         static_cast<const stage04::Splits&>(slice), prefix);
+  launch_merge<HEAD_DIM, 1>(p, CascadePartials{stage04::split_partials(slice), prefix_partials(c)}, stream);
 }
 
 

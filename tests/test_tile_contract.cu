@@ -1,14 +1,17 @@
-// The tile contract (common/tile_contract.cuh), checked where it cannot be
-// checked next to a type: the policies composed from several stages model
-// their concepts, policies that lack a member or have one of the wrong shape do
-// not, and the optional members' defaults hold. Most of it is static_asserts:
-// this file compiling is the test; one kernel runs the serves() default.
+// The tile contract (common/tile_contract.cuh) and the merge's PartialSource
+// (common/merge.cuh), checked where they cannot be checked next to a type: the
+// policies composed from several stages model their concepts, policies that
+// lack a member or have one of the wrong shape do not, and the optional
+// members' defaults hold. Most of it is static_asserts: this file compiling is
+// the test; kernels run the serves() default and the merge's fold.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "common/device_buffer.h"
 #include "common/launch.cuh"
+#include "common/merge.cuh"
 #include "common/tile_contract.cuh"
 #include "going_further/batch_invariant.cuh"
 #include "going_further/two_warp_decode.cuh"
@@ -115,6 +118,39 @@ struct PrefillAsDecode : stage03::Bf16Tiles {
 static_assert(!TileFamily<DecodeOnly> && !TileFamily<SmemAtRunTime> && !TileFamily<LaunchesOneSlice> &&
               !TileFamily<PrefillAsDecode>);
 
+// ---- PartialSource (common/merge.cuh): the merge's sources, and sources that are not.
+static_assert(PartialSource<stage04::SplitPartials> && PartialSource<further::InvariantPartials> &&
+              PartialSource<stage07::CascadePartials>);
+static_assert(!skips_empty<stage04::SplitPartials> && skips_empty<further::InvariantPartials> &&
+              !skips_empty<stage07::CascadePartials>);
+static_assert(DeclaresAfterPartials<stage07::CascadePartials> && !DeclaresAfterPartials<stage04::SplitPartials>);
+struct NoCount {  // num_partials() missing
+  using Row = MergeRow;
+  __device__ Row row(const AttentionParams&, int, int) const;
+  __device__ SoftmaxState<4> partial(const AttentionParams&, const Row&, int, const MergeChunk&) const;
+};
+struct PartialAsLseAndValues : stage04::SplitPartials {  // a partial is a state, not its parts
+  __device__ float partial(const AttentionParams&, const Row&, int, const MergeChunk&) const;
+};
+struct RowOfItsOwn : stage04::SplitPartials {  // the kernel reads merges and q_row of a MergeRow
+  struct Row {
+    size_t q_row;
+  };
+  __device__ Row row(const AttentionParams&, int, int) const;
+};
+struct SkipsEmptyAtRunTime : stage04::SplitPartials {
+  static const bool SKIPS_EMPTY;  // not a constant: the kernel's fold could not be chosen
+};
+struct AfterPartialsOfEightDims : stage04::SplitPartials {  // the hook of another shape would otherwise be ignored
+  __device__ void after_partials(const AttentionParams&, const Row&, SoftmaxState<8>&, const MergeChunk&) const;
+};
+struct OwnsPartials : stage04::SplitPartials {
+  std::vector<float> lse;  // a kernel argument is copied byte for byte
+};
+static_assert(!PartialSource<NoCount> && !PartialSource<PartialAsLseAndValues> && !PartialSource<RowOfItsOwn> &&
+              !PartialSource<SkipsEmptyAtRunTime> && !PartialSource<AfterPartialsOfEightDims> &&
+              !PartialSource<OwnsPartials>);
+
 }  // namespace pa::test::contract
 
 namespace pa::test {
@@ -146,6 +182,110 @@ TEST(TileContract, ServesIsTheSlicesOwnWhereItHasOne) {
   // An adapter that wraps the Slice keeps its serves().
   EXPECT_EQ(served(stage08::AddSinks{nullptr}(further::ServesPrefills<WholeContext>{})),
             (std::vector<int>{0, 0, 1}));
+}
+
+// ---- The merge's fold (common/merge.cuh), over partials from plain tables.
+
+// `count` partials of one row per query head h (q_row h): lse [count, Hq], o [count, Hq, head_dim].
+template <bool SKIP>
+struct TableSource {
+  const float* lse;  // [count, Hq]
+  const float* o;    // [count, Hq, head_dim]
+  int count;
+
+  static constexpr bool SKIPS_EMPTY = SKIP;
+  using Row = MergeRow;
+
+  __device__ Row row(const AttentionParams&, int, int h) const { return {true, static_cast<size_t>(h)}; }
+  __device__ int num_partials() const { return count; }
+  __device__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int i, const MergeChunk& chunk) const {
+    const size_t part_row = static_cast<size_t>(i) * p.num_q_heads + row.q_row;
+    float v[4];
+    chunk.load(o + part_row * p.kv.head_dim, v);
+    return SoftmaxState<4>::partial(lse[part_row], v);
+  }
+};
+static_assert(PartialSource<TableSource<false>> && skips_empty<TableSource<true>>);
+
+// After the partials, one more with lse 0 and every value 9.
+struct WithNines : TableSource<false> {
+  __device__ void after_partials(const AttentionParams&, const Row&, SoftmaxState<4>& acc, const MergeChunk&) const {
+    const float nines[4] = {9.0f, 9.0f, 9.0f, 9.0f};
+    acc.merge(SoftmaxState<4>::partial(0.0f, nines));
+  }
+};
+static_assert(PartialSource<WithNines> && DeclaresAfterPartials<WithNines>);
+
+// The merged rows of `src` over one request of num_q_heads rows of head_dim dims,
+// with HEAD_DIM-dim tiles; out has 16 guard values past the last row.
+template <int HEAD_DIM, int LANES, PartialSource Src>
+std::vector<float> merged(Src src, int num_q_heads, int head_dim, std::vector<float>* lse_out = nullptr) {
+  const size_t values = static_cast<size_t>(num_q_heads) * head_dim;
+  DeviceBuffer<bf16> out(std::vector<bf16>(values + 16, __float2bfloat16(-1.0f)));
+  DeviceBuffer<float> lse(num_q_heads);
+  AttentionParams p{};
+  p.out = out.data();
+  p.lse = lse.data();
+  p.kv.head_dim = head_dim;
+  p.batch.num_requests = 1;
+  p.num_q_heads = num_q_heads;
+  launch_merge<HEAD_DIM, LANES>(p, src, cudaStream_t{});
+  PA_CHECK(cudaDeviceSynchronize());
+  if (lse_out != nullptr) *lse_out = lse.download();
+  std::vector<float> v;
+  for (bf16 x : out.download()) v.push_back(__bfloat162float(x));
+  return v;
+}
+
+// Partials of equal lse 0 whose values are `values[i]` (+ h for head h) in every dim.
+struct Tables {
+  DeviceBuffer<float> lse, o;
+  Tables(const std::vector<float>& part_lse, const std::vector<float>& values, int num_q_heads, int head_dim) {
+    std::vector<float> l, v;
+    for (size_t i = 0; i < values.size(); ++i) {
+      for (int h = 0; h < num_q_heads; ++h) {
+        l.push_back(part_lse[i]);
+        for (int d = 0; d < head_dim; ++d) v.push_back(values[i] + h);
+      }
+    }
+    lse.upload(l);
+    o.upload(v);
+  }
+  template <bool SKIP>
+  TableSource<SKIP> source(int count) const {
+    return {lse.data(), o.data(), count};
+  }
+};
+
+// Every partial is merged once, by any number of lanes; the dims past head_dim
+// (48 of a 64-dim tile) are merged but never stored.
+TEST(MergeContract, EveryPartialOnceAndOnlyRealDimsStored) {
+  const Tables t({0, 0, 0, 0, 0}, {1, 2, 3, 4, 5}, 2, 48);
+  for (const std::vector<float>& out : {merged<64, 1>(t.source<false>(5), 2, 48), merged<64, 4>(t.source<false>(5), 2, 48),
+                                        merged<64, 8>(t.source<false>(5), 2, 48)}) {
+    for (int h = 0; h < 2; ++h) {
+      for (int d = 0; d < 48; ++d) ASSERT_EQ(out[h * 48 + d], 3.0f + h) << "head " << h << ", dim " << d;
+    }
+    for (int g = 0; g < 16; ++g) ASSERT_EQ(out[96 + g], -1.0f) << "guard value " << g << " written";
+  }
+}
+
+// A source that skips empty partials never reads their values (NaN here).
+TEST(MergeContract, SkippedEmptyPartialsAreLeftOut) {
+  const Tables t({0, -INFINITY, 0}, {2, NAN, 4}, 1, 64);
+  std::vector<float> lse;
+  const std::vector<float> out = merged<64, 1>(t.source<true>(3), 1, 64, &lse);
+  for (int d = 0; d < 64; ++d) ASSERT_EQ(out[d], 3.0f) << "dim " << d;
+  EXPECT_NEAR(lse[0], std::log(2.0f), 1e-6f);
+}
+
+// The hook merges after the partials and the lanes, once.
+TEST(MergeContract, TheHookRunsOnceAfterThePartials) {
+  const Tables t({0, 0}, {1, 2}, 1, 64);
+  for (const std::vector<float>& out : {merged<64, 1>(WithNines{t.source<false>(2)}, 1, 64),
+                                        merged<64, 4>(WithNines{t.source<false>(2)}, 1, 64)}) {
+    for (int d = 0; d < 64; ++d) ASSERT_EQ(out[d], 4.0f) << "dim " << d;  // (1 + 2 + 9) / 3
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "attention_sinks.cuh"
 #include "common/batch_ops.h"
 #include "common/checked_launch.h"
+#include "common/merge.cuh"
 #include "common/stages.h"
 #include "common/todo.cuh"
 
@@ -53,8 +54,7 @@ void run_sink_token_splits(const AttentionParams& p, const stage03::Packing& pk,
       Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, WindowWithSinkTokens>(
           p, pk, adapted, dim3(total, p.kv.num_kv_heads, p.batch.num_requests), stream);
     });
-    launch(stage04::merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads),
-           dim3(stage04::MERGE_THREADS), 0, stream, p, static_cast<const stage04::Splits&>(slice));
+    launch_merge<HEAD_DIM, stage04::MERGE_LANES<HEAD_DIM>>(p, stage04::split_partials(slice), stream);
   });
 }
 

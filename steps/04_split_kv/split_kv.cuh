@@ -1,5 +1,6 @@
 // Stage 04's split-KV machinery: the `Splits` slice policy of stage 03's tile,
-// the merge kernel and the dispatch rule; split_kv.cu is the stage's launcher.
+// the `SplitPartials` source of the shared merge kernel (common/merge.cuh) and
+// the dispatch rule; split_kv.cu is the stage's launcher.
 //
 // A decode batch has one query token per request, so stage 03's grid has only
 // requests x KV heads programs: 4 requests x 8 KV heads = 32 programs for 132
@@ -7,9 +8,9 @@
 // context into block-aligned splits. Program (split, KV head, request) runs
 // stage 03's one-warp decode tile (the whole GQA group on tensor cores, K/V
 // streamed through a cp.async ring) over its split's keys only, and writes a
-// normalized partial output with its log-sum-exp; a second kernel merges the
-// splits with SoftmaxState::merge. With one split the tile writes the final
-// output itself and no merge runs.
+// normalized partial output with its log-sum-exp; a second kernel (the merge
+// of common/merge.cuh) merges the splits with SoftmaxState::merge. With one
+// split the tile writes the final output itself and no merge runs.
 //
 // Later stages run the same splits with their own tile family (stage 05's 8-bit
 // tiles) and key span (stage 06's window): launch_splits and forward_splits take
@@ -24,6 +25,7 @@
 #include "common/check.h"
 #include "common/cuda_compat.cuh"
 #include "common/launch.cuh"
+#include "common/merge.cuh"
 #include "common/online_softmax.cuh"
 #include "common/stages.h"
 #include "common/tile_contract.cuh"
@@ -79,8 +81,9 @@ __device__ __forceinline__ void store_partial_row(float* part_o, float* part_lse
   if (t4 == 0) part_lse[part_row] = lse;
 }
 
-// The slice policy of stage 03's kernel for split-KV, and the partials that the
-// merge kernel reads. blockIdx.x of the tile kernel is the split.
+// The slice policy of stage 03's kernel for split-KV: it writes the partials
+// that SplitPartials (below) reads for the merge. blockIdx.x of the tile kernel
+// is the split.
 struct Splits {
   float* part_o;    // [num_splits, num_tokens, num_q_heads, head_dim]  o_s / l_s (0 for an empty split)
   float* part_lse;  // [num_splits, num_tokens, num_q_heads]            m_s + log(l_s) (-inf when empty)
@@ -115,62 +118,52 @@ struct Splits {
 };
 static_assert(Slice<Splits>);
 
-// Program (request r, query head h) merges the num_splits partials of r's
-// decode row. Thread (split lane, chunk) owns 4 dims and the splits
-// split_lane, split_lane + SPLIT_LANES, ...; it loads BATCH splits before
-// merging them so their loads overlap; the split lanes merge in shared memory.
-// HEAD_DIM is the tile's row length: chunks past head_dim merge zeros and store nothing.
+// The splits' partials as the merge (common/merge.cuh) reads them: program
+// (request r, query head h) merges the num_splits partials of r's decode row.
+// Its MERGE_THREADS threads are MERGE_LANES split lanes side by side, each of
+// HEAD_DIM / 4 chunks of 4 dims: lane l merges splits l, l + MERGE_LANES, ...,
+// then the lanes merge in shared memory.
+struct SplitPartials {
+  const float* part_o;    // [num_splits, num_tokens, num_q_heads, head_dim]  as Splits::store_row wrote them
+  const float* part_lse;  // [num_splits, num_tokens, num_q_heads]
+  int num_splits;
+
+  using Row = MergeRow;
+
+  // The decode row of request r (none for a request with no query).
+  __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
+    const int token = p.batch.query_start_loc[r];
+    return {p.batch.query_start_loc[r + 1] != token, static_cast<size_t>(token) * p.num_q_heads + h};
+  }
+
+  __device__ __forceinline__ int num_partials() const { return num_splits; }
+
+  // Split `split`'s partial of the row, this thread's 4 dims. An empty split
+  // is (-inf, 1, 0): the merge gives it weight 2^-inf = 0.
+  __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int split,
+                                                     const MergeChunk& chunk) const {
+    // TODO 3: split `split`'s partial as the state SoftmaxState<4>::partial(lse_s, o_s): row split * num_tokens * Hq + row.q_row of part_lse, and of part_o (chunk.load reads the thread's 4 dims)
+    (void)p, (void)row, (void)split, (void)chunk;
+    if (threadIdx.x == 0) PA_TODO(3);
+    SoftmaxState<4> none;  // placeholder: every split empty, so every output is zero
+    none.init();
+    return none;
+  }
+};
+static_assert(PartialSource<SplitPartials>);
+
+// Split lanes of the merge: the splits read side by side, 8, 4, 2 for head_dim 64, 128, 256.
 template <int HEAD_DIM>
-__global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(AttentionParams p, Splits part) {
-  constexpr int CHUNKS = HEAD_DIM / 4;                 // float4 per row: 16, 32, 64
-  constexpr int SPLIT_LANES = MERGE_THREADS / CHUNKS;  // splits read side by side: 8, 4, 2
-  constexpr int BATCH = 8;                             // splits per thread in flight
-  __shared__ float m_s[SPLIT_LANES];
-  __shared__ __align__(16) float o_s[SPLIT_LANES][HEAD_DIM];
-  __shared__ float l_s[SPLIT_LANES];
+constexpr int MERGE_LANES = MERGE_THREADS / (HEAD_DIM / 4);
 
-  const int r = blockIdx.x, h = blockIdx.y;
-  const int row = p.batch.query_start_loc[r];
-  if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row: nothing to merge
-  const int split_lane = threadIdx.x / CHUNKS, chunk = threadIdx.x % CHUNKS;
-  const int dims = p.kv.head_dim;
-  const bool real_dims = chunk * 4 < dims;  // (dims is a multiple of 16)
-  const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;                    // row of [num_tokens * Hq]
-  const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;  // rows per split
+SplitPartials split_partials(const Splits& part) { return {part.part_o, part.part_lse, part.num_splits}; }
 
-  // Launched as a dependent of the split kernel (launch_dependent): it may
-  // start while the last splits still run, and reads their partials only
-  // after this wait.
-  wait_for_prior_grid();
-  SoftmaxState<4> acc;  // this thread's splits so far, dims [chunk * 4, chunk * 4 + 4)
-  acc.init();
-  // TODO 3: merge the partials with SoftmaxState::merge: split s is the state SoftmaxState<4>::partial(lse_s, o_s)
-  (void)split_stride, (void)BATCH, (void)part;
-  if (threadIdx.x == 0) PA_TODO(3);
-
-  *reinterpret_cast<float4*>(&o_s[split_lane][chunk * 4]) = make_float4(acc.o[0], acc.o[1], acc.o[2], acc.o[3]);
-  if (chunk == 0) {
-    m_s[split_lane] = acc.m;
-    l_s[split_lane] = acc.l;
-  }
-  __syncthreads();
-  if (split_lane != 0) return;  // no barrier follows
-  for (int sl = 1; sl < SPLIT_LANES; ++sl) {
-    SoftmaxState<4> b;
-    b.m = m_s[sl];
-    b.l = l_s[sl];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) b.o[i] = o_s[sl][chunk * 4 + i];
-    acc.merge(b);
-  }
-  // All splits empty cannot happen for a decode row (seq_len >= 1), but the
-  // empty-state rule would still give exact zeros and lse -inf.
-  if (!real_dims) return;
-  const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + chunk * 4);
-  dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
-  dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
-  if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
+// The merge of the splits' partials, started as the dependent of the split
+// kernel just before it in `stream`: it may start while the last splits still
+// run, and reads their partials only after wait_for_prior_grid().
+template <int HEAD_DIM>
+void launch_merge_splits(const AttentionParams& p, const Splits& part, cudaStream_t stream) {
+  launch_merge_dependent<HEAD_DIM, MERGE_LANES<HEAD_DIM>>(p, split_partials(part), stream);
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -299,10 +292,7 @@ void launch_splits(const AttentionParams& p, const stage03::Packing& pk, const S
   with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
     Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, M>(p, pk, slice, grid, stream);
   });
-  if (part.num_splits > 1) {
-    launch_dependent(merge_splits_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(MERGE_THREADS), 0, stream,
-           p, part);
-  }
+  if (part.num_splits > 1) launch_merge_splits<HEAD_DIM>(p, part, stream);
 }
 
 int max_blocks(int span_keys, int block_size) { return std::max(1, ceil_div(span_keys, block_size)); }

@@ -13,8 +13,9 @@
 //    seq_len) (0 for requests in no group) through its own block table; its
 //    epilogue merges the prefix partials of the row with the shared state's
 //    merge before writing the final row (SuffixMerge), so no merge launch is
-//    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and a
-//    merge kernel that folds in the prefix partials (merge_cascade_kernel).
+//    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and
+//    the shared merge (common/merge.cuh), which folds in the prefix partials
+//    after the splits (CascadePartials).
 // The engine runs the same groups with a warpgroup (wgmma) prefix pass
 // (going_further/warpgroup_prefix.cuh), which reuses these Slices.
 #pragma once
@@ -24,6 +25,7 @@
 
 #include "common/attention_params.h"
 #include "common/launch.cuh"
+#include "common/merge.cuh"
 #include "common/stages.h"
 #include "common/cuda_compat.cuh"
 #include "common/online_softmax.cuh"
@@ -141,8 +143,8 @@ struct SuffixMerge {
 };
 
 // The suffix pass's Slice for decode batches with long suffixes: stage 04's
-// splits, counted from the request's suffix_begin; merge_cascade_kernel then
-// merges them with the prefix partials.
+// splits, counted from the request's suffix_begin; the merge then folds them
+// with the prefix partials (CascadePartials).
 struct SuffixSplits : stage04::Splits {
   const int* suffix_begin;  // [num_requests]
 
@@ -151,40 +153,40 @@ struct SuffixSplits : stage04::Splits {
   }
 };
 
-// Program (request r, query head h) of a decode batch: merges r's suffix splits
-// and, when r is cascaded, its prefix partials, thread i owning dims 4i..4i+3
-// (HEAD_DIM: the tile's row; threads past head_dim merge zeros and store nothing).
-template <int HEAD_DIM>
-__global__ void __launch_bounds__(HEAD_DIM / 4) merge_cascade_kernel(AttentionParams p, stage04::Splits suffix,
-                                                                     PrefixPartials prefix) {
-  const int r = blockIdx.x, h = blockIdx.y, chunk = threadIdx.x;
-  const int row = p.batch.query_start_loc[r];
-  if (p.batch.query_start_loc[r + 1] == row) return;  // no decode row
-  const size_t q_row = static_cast<size_t>(row) * p.num_q_heads + h;
-  const size_t split_stride = static_cast<size_t>(p.batch.num_tokens) * p.num_q_heads;
-  const int dims = p.kv.head_dim;
-  const bool real_dims = 4 * chunk < dims;
-  // Read now, so that this load is in flight with the suffix partials' instead
-  // of a round trip after them.
-  const int g_row = prefix.gathered_row_of[row];
-  SoftmaxState<4> acc;
-  acc.init();
-#pragma unroll 4
-  for (int s = 0; s < suffix.num_splits; ++s) {
-    const size_t part_row = s * split_stride + q_row;
-    const float4 v = real_dims ? *reinterpret_cast<const float4*>(suffix.part_o + part_row * dims + 4 * chunk)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float o[4] = {v.x, v.y, v.z, v.w};
-    acc.merge(SoftmaxState<4>::partial(suffix.part_lse[part_row], o));
+// The partials of a decode batch's split suffix pass, as the merge
+// (common/merge.cuh) reads them: program (request r, query head h) folds r's
+// suffix splits in split order (stage 04's layout and row, one lane), then,
+// when r is cascaded, its prefix partials.
+struct CascadePartials {
+  stage04::SplitPartials suffix;
+  PrefixPartials prefix;
+
+  struct Row : MergeRow {
+    int g_row;  // the row's gathered row in the prefix pass, -1: not cascaded
+    int head;
+  };
+
+  // Reads the gathered row now, so that this load is in flight with the
+  // suffix partials' instead of a round trip after them.
+  __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
+    const MergeRow own = suffix.row(p, r, h);
+    return {own, own.merges ? prefix.gathered_row_of[p.batch.query_start_loc[r]] : -1, h};
   }
-  prefix.merge_gathered_into(acc, g_row, h, p.num_q_heads, dims, [chunk](int i) { return 4 * chunk + i; });
-  if (!real_dims) return;
-  const float inv_l = acc.inv_l();
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + q_row * dims + 4 * chunk);
-  dst[0] = __floats2bfloat162_rn(acc.o[0] * inv_l, acc.o[1] * inv_l);
-  dst[1] = __floats2bfloat162_rn(acc.o[2] * inv_l, acc.o[3] * inv_l);
-  if (p.lse != nullptr && chunk == 0) p.lse[q_row] = acc.lse();
-}
+
+  __device__ __forceinline__ int num_partials() const { return suffix.num_partials(); }
+
+  __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int split,
+                                                     const MergeChunk& chunk) const {
+    return suffix.partial(p, row, split, chunk);
+  }
+
+  __device__ __forceinline__ void after_partials(const AttentionParams& p, const Row& row, SoftmaxState<4>& acc,
+                                                 const MergeChunk& chunk) const {
+    prefix.merge_gathered_into(acc, row.g_row, row.head, p.num_q_heads, p.kv.head_dim,
+                               [chunk](int i) { return chunk.dim(i); });
+  }
+};
+static_assert(PartialSource<CascadePartials> && !skips_empty<CascadePartials>);
 
 // Gathered row v = batch row rows[v]: [Hq * D] bf16 each, 16 bytes per copy.
 __global__ void gather_queries_kernel(const bf16* __restrict__ q,  // [batch tokens, Hq, D]
@@ -255,8 +257,7 @@ void launch_suffix(const AttentionParams& p, const Packing& pk, const Cascade& c
       Tiles::template launch_tile<T, std::decay_t<decltype(adapted)>, stage03::CausalMask>(
           p, pk, adapted, dim3(c.suffix_splits, p.kv.num_kv_heads, p.batch.num_requests), stream);
     });
-    launch(merge_cascade_kernel<HEAD_DIM>, dim3(p.batch.num_requests, p.num_q_heads), dim3(HEAD_DIM / 4), 0, stream,
-           p, static_cast<const stage04::Splits&>(slice), prefix);
+    launch_merge<HEAD_DIM, 1>(p, CascadePartials{stage04::split_partials(slice), prefix}, stream);
     return;
   }
   // Whole query tiles, as stage 03 launches them, with SuffixMerge in place of WholeContext.

@@ -34,6 +34,7 @@ S07 = "solutions/07_cascade/cascade.cuh"
 S07C = "solutions/07_cascade/cascade.cu"
 S08 = "solutions/08_attention_sinks/attention_sinks.cuh"
 SOFTMAX = "common/online_softmax.cuh"
+MERGE = "common/merge.cuh"
 LOOKUP = "common/kv_lookup.cuh"
 RING = "common/cp_async_ring.cuh"
 REDUCE = "common/reduce.cuh"
@@ -199,22 +200,14 @@ MUTANTS = [
          replace="const size_t part_row = static_cast<size_t>(blockIdx.x) * p.batch.num_tokens + q_row;",
          what="TODO 2: a split's partial rows strided by num_tokens, not num_tokens * Hq (splits overwrite each other)"),
     dict(id="04-merge-linear-domain", stage="04", file=S04,
-         find="acc.merge(SoftmaxState<4>::partial(lse_b[b], o_part));",
-         replace="{ SoftmaxState<4> s = SoftmaxState<4>::partial(0.0f, o_part); const float w = expf(lse_b[b]); "
-                 "s.l = w; for (int i = 0; i < 4; ++i) s.o[i] *= w; acc.merge(s); }",
+         find="return SoftmaxState<4>::partial(part_lse[part_row], o_part);",
+         replace="{ SoftmaxState<4> st = SoftmaxState<4>::partial(0.0f, o_part); const float w = expf(part_lse[part_row]); "
+                 "st.l = w; for (int i = 0; i < 4; ++i) st.o[i] *= w; return st; }",
          what="TODO 3: merge the partials in the linear domain: weights e^lse_s, no max taken out first"),
     dict(id="04-merge-lse-units", stage="04", file=S04,
-         find="acc.merge(SoftmaxState<4>::partial(lse_b[b], o_part));",
-         replace="acc.merge(SoftmaxState<4>::partial(lse_b[b] * LN2, o_part));",
+         find="return SoftmaxState<4>::partial(part_lse[part_row], o_part);",
+         replace="return SoftmaxState<4>::partial(part_lse[part_row] * LN2, o_part);",
          what="TODO 3: the partials' natural-log lse taken as log2 units"),
-    dict(id="04-merge-past-last-split", stage="04", file=S04,
-         find="      if (s >= part.num_splits) lse_b[b] = -INFINITY;\n",
-         replace="",
-         what="TODO 3: the slots past num_splits (which re-read the last split) are merged with their real weight"),
-    dict(id="04-merge-drops-last-lane", stage="04", file=S04,
-         find="for (int sl = 1; sl < SPLIT_LANES; ++sl) {",
-         replace="for (int sl = 1; sl < SPLIT_LANES - 1; ++sl) {",
-         what="the cross-lane merge drops the last split lane's splits"),
     dict(id="04-plan-no-per-sm", stage="04", file=S04,
          find="const int for_one_wave = std::max(1, per_sm * num_sms / programs);",
          replace="const int for_one_wave = std::max(1, num_sms / programs);",
@@ -460,6 +453,14 @@ MUTANTS = [
          find="l = fmaf(l, wa, b.l * wb);",
          replace="l = fmaf(l, wb, b.l * wa);",
          what="merge: the two states' l scaled by each other's factor"),
+    dict(id="c-merge-past-count", stage="common", file=MERGE, tests=["04"],
+         find="      if (i >= count) part[b].m = -INFINITY;\n",
+         replace="",
+         what="the merge's slots past the count (which re-read the last partial) merged with its real weight by stage 04's lanes"),
+    dict(id="c-merge-drops-last-lane", stage="common", file=MERGE, tests=["04"],
+         find="for (int other = 1; other < LANES; ++other) {",
+         replace="for (int other = 1; other < LANES - 1; ++other) {",
+         what="the merge's cross-lane fold drops the last lane's partials (stage 04's split lanes)"),
     dict(id="c-lookup-page-boundary", stage="common", file=LOOKUP, tests=["03", "04"],
          find="return table[kv_pos >> block_shift];",
          replace="return table[(kv_pos + 1) >> block_shift];",
