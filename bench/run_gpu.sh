@@ -5,12 +5,16 @@
 # and the plots; leave every log, JSON, PNG and markdown file in OUTDIR.
 #
 #   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--skip-cascade]
-#                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX]
+#                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX] [--bit-exact]
 #
 # --skip-bench skips bench_attention (and with it the PyTorch reference points and
 # summary.md: the results table and stage 08's targets);
 # --skip-cascade skips bench_cascade (stage 07: cascade.json, cascade.txt,
 # cascade_speedup.png, cascade.md). The filters select benchmarks of each suite.
+# --bit-exact also builds the bit-exact flavor (preset gpu-bit-exact), runs its
+# crosscheck against bench/crosscheck/cpu_reference_bit_exact.bin
+# (crosscheck_bit_exact.txt) and times the engine's rows in both builds, default,
+# bit-exact, default again (bit_exact.json, bit_exact.md: what the mode costs).
 #
 # GoogleTest / Google Benchmark are taken from the system, or from .deps/ (see
 # README) on machines without them.
@@ -19,6 +23,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
 skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 skip_cascade=0 bench_filter=. cascade_filter=. ncu_filter=
+bit_exact=0
 while (($#)); do
   case $1 in
     --skip-tests) skip_tests=1 ;;
@@ -29,6 +34,7 @@ while (($#)); do
     --bench-filter) bench_filter=$2; shift ;;
     --cascade-filter) cascade_filter=$2; shift ;;
     --ncu) ncu_filter=$2; shift ;;
+    --bit-exact) bit_exact=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -110,5 +116,27 @@ if ((!skip_cascade)); then
   step cascade plots
   python3 plots/plot_cascade.py --bench "$out/cascade.json" --out "$out" --md "$out/cascade.md" > /dev/null || status=1
   cat "$out/cascade.md"
+fi
+if ((bit_exact)); then
+  step bit-exact build
+  { cmake --preset gpu-bit-exact && cmake --build --preset gpu-bit-exact -j "$jobs" --target crosscheck bench_attention; } \
+    > "$out/bit_exact_build.log" 2>&1 || { tail -30 "$out/bit_exact_build.log"; echo "bit-exact build failed"; exit 1; }
+  step bit-exact crosscheck
+  build/gpu-bit-exact/bench/crosscheck/crosscheck --compare bench/crosscheck/cpu_reference_bit_exact.bin \
+    > "$out/crosscheck_bit_exact.txt" 2>&1 || status=1
+  grep -E "^stage [0-9]+: |^build: " "$out/crosscheck_bit_exact.txt" || true
+  step bit-exact cost
+  # Default, bit-exact, default again: the two default runs give the run's spread.
+  rows='^(decode|long|mixed|prefill)/engine/'
+  runs=()
+  for b in gpu gpu-bit-exact gpu; do
+    f="$out/bit_exact_run${#runs[@]}_$b.json"
+    build/$b/bench/bench_attention --benchmark_filter="$rows" --benchmark_out="$f" --benchmark_out_format=json \
+      > /dev/null 2>&1 || status=1
+    runs+=("$f")
+  done
+  python3 plots/compare_bit_exact.py --default "${runs[0]}" "${runs[2]}" --bit-exact "${runs[1]}" \
+    --out "$out/bit_exact.json" | tee "$out/bit_exact.md" || status=1
+  rm -f "${runs[@]}"
 fi
 exit $status

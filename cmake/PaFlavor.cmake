@@ -51,6 +51,18 @@ else()
   message(STATUS "paged-attention: CPU flavor (kernels run on the course's CPU runtime)")
 endif()
 
+# The bit-exact build (bench/crosscheck, README "Does the CPU compute what the
+# GPU computes?"): the softmax's 2^x from fused multiply-adds (pa::exact_exp2)
+# instead of the GPU's ex2.approx, and nvcc fuses no a * b + c on its own, as
+# the host compiler does not (-ffp-contract=off above).
+if(PA_BIT_EXACT)
+  add_compile_definitions(PA_BIT_EXACT=1)
+  if(PA_GPU)
+    add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:-fmad=false>)
+  endif()
+  message(STATUS "paged-attention: bit-exact build (exp2 from FMAs, no contraction)")
+endif()
+
 if(PA_ASAN)
   add_compile_options(-fsanitize=address -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address)

@@ -26,16 +26,13 @@
 
 namespace pa {
 
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
-
 // The rules, for one row; the two states below apply them.
 struct Softmax {
   // The value a row's weights are taken against: its max, or 0 while empty.
   __device__ __forceinline__ static float reference(float m) { return m == -INFINITY ? 0.0f : m; }
   // 2^(from - to): the factor that moves a sum kept against `from` to `to`
   // (to >= from); 0 when `from` is -inf.
-  __device__ __forceinline__ static float rescale(float from, float to) { return exp2f(from - reference(to)); }
+  __device__ __forceinline__ static float rescale(float from, float to) { return softmax_exp2(from - reference(to)); }
   // The merged max of two states and the factors each one is scaled by.
   __device__ __forceinline__ static float merge_factors(float ma, float mb, float& wa, float& wb) {
     const float m = fmaxf(ma, mb);
@@ -188,7 +185,7 @@ struct FragSoftmax {
     for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(__fmul_rn(s[j][e], scale_log2) - ref[e >> 1]);  // masked: 2^-inf = 0
+        s[j][e] = softmax_exp2(__fmul_rn(s[j][e], scale_log2) - ref[e >> 1]);  // masked: 2^-inf = 0
         l[e >> 1] += s[j][e];
       }
     }

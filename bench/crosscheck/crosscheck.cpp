@@ -402,6 +402,13 @@ int usage() {
   return 2;
 }
 
+// Which exp2 the kernels were built with: compare a build with the reference of its own mode.
+#if defined(PA_BIT_EXACT) && PA_BIT_EXACT
+constexpr const char* BUILD_MODE = "bit-exact (PA_BIT_EXACT: exp2 from FMAs, no contraction; reference cpu_reference_bit_exact.bin)";
+#else
+constexpr const char* BUILD_MODE = "default (the GPU's exp2f is ex2.approx; reference cpu_reference.bin)";
+#endif
+
 int main_impl(int argc, char** argv) {
   std::string mode, file;
   bool strict = false;
@@ -496,11 +503,13 @@ int main_impl(int argc, char** argv) {
   for (const auto& [stage, s] : sums) {
     std::printf("stage %02d: bitwise identical on %d of %d cases\n", stage, s.identical, s.total);
   }
+  std::printf("build: %s\n", BUILD_MODE);
   if (any_diff && strict) {
     std::printf(
         "\ncrosscheck --strict: outputs differ from %s. If a kernel or common/ changed on purpose, regenerate the\n"
-        "reference in the CPU flavor and commit it:\n"
-        "  build/cpu/bench/crosscheck/crosscheck --write bench/crosscheck/cpu_reference.bin\n",
+        "reference in the CPU flavor and commit it (both builds' references: the default and the bit-exact one):\n"
+        "  build/cpu/bench/crosscheck/crosscheck --write bench/crosscheck/cpu_reference.bin\n"
+        "  build/cpu-bit-exact/bench/crosscheck/crosscheck --write bench/crosscheck/cpu_reference_bit_exact.bin\n",
         file.c_str());
     return 1;
   }

@@ -66,7 +66,7 @@ __global__ void naive_attention_kernel(const bf16* __restrict__ q,  // [q_len, H
   for (int j = threadIdx.x; j < num_keys; j += blockDim.x) {
     const bf16* k_row = k + (static_cast<size_t>(j) * num_kv_heads + kv_head) * head_dim;
     float dot = 0.0f;
-    for (int d = 0; d < head_dim; ++d) dot += __bfloat162float(q_row[d]) * __bfloat162float(k_row[d]);
+    for (int d = 0; d < head_dim; ++d) dot = fmaf(__bfloat162float(q_row[d]), __bfloat162float(k_row[d]), dot);
     scores[j] = dot * scale;
     local_max = fmaxf(local_max, scores[j]);
   }
@@ -81,18 +81,19 @@ __global__ void naive_attention_kernel(const bf16* __restrict__ q,  // [q_len, H
   //@ TODO 3: softmax weights, their sum, then out = sum_j w_j v_j / sum and lse = max + log(sum)
   float local_sum = 0.0f;
   for (int j = threadIdx.x; j < num_keys; j += blockDim.x) {
-    scores[j] = __expf(scores[j] - row_max);
+    scores[j] = softmax_exp2((scores[j] - row_max) * LOG2E);  // e^x as 2^(x log2 e), as stages 02-08 take it
     local_sum += scores[j];
   }
   const float sum = block_reduce<false>(local_sum, scratch);  // its barriers also publish scores[]
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < num_keys; ++j) {
-      acc += scores[j] * __bfloat162float(v[(static_cast<size_t>(j) * num_kv_heads + kv_head) * head_dim + d]);
+      acc = fmaf(scores[j], __bfloat162float(v[(static_cast<size_t>(j) * num_kv_heads + kv_head) * head_dim + d]), acc);
     }
     out[(static_cast<size_t>(i) * num_q_heads + h) * head_dim + d] = __float2bfloat16(acc / sum);
   }
-  if (lse != nullptr && threadIdx.x == 0) lse[static_cast<size_t>(i) * num_q_heads + h] = row_max + logf(sum);
+  // log(sum) as log2(sum) ln 2, with the GPU's log2f on both flavors (gpu_log2f).
+  if (lse != nullptr && threadIdx.x == 0) lse[static_cast<size_t>(i) * num_q_heads + h] = fmaf(gpu_log2f(sum), LN2, row_max);
   //@ skeleton
   //@ (void)row_max;
   //@ (void)v;

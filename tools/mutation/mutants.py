@@ -74,8 +74,8 @@ MUTANTS = [
          replace="__float2bfloat16(acc);",
          what="TODO 3: out = sum_j w_j v_j, not divided by the sum of the weights"),
     dict(id="01-lse-without-max", stage="01", file=S01,
-         find="= row_max + logf(sum);",
-         replace="= logf(sum);",
+         find="= fmaf(gpu_log2f(sum), LN2, row_max);",
+         replace="= gpu_log2f(sum) * LN2;",
          what="TODO 3: lse without the max the weights were taken against"),
 
     # ---- stage 02: one fused launch, online softmax -------------------------------------
@@ -420,8 +420,8 @@ MUTANTS = [
          replace="return __any_sync(0xffffffffu, alpha[0] != 1.0f);",
          what="online softmax (tiles): o rescaled only when some lane's FIRST row moved"),
     dict(id="c-weights-fused", stage="common", file=SOFTMAX, tests=["03"],
-         find="s[j][e] = exp2f(__fmul_rn(s[j][e], scale_log2) - ref[e >> 1]);",
-         replace="s[j][e] = exp2f(fmaf(s[j][e], scale_log2, -ref[e >> 1]));",
+         find="s[j][e] = softmax_exp2(__fmul_rn(s[j][e], scale_log2) - ref[e >> 1]);",
+         replace="s[j][e] = softmax_exp2(fmaf(s[j][e], scale_log2, -ref[e >> 1]));",
          what="online softmax (tiles): the weights' product fused with the max subtraction (issue #29 item 5)"),
     dict(id="c-max-product-unrounded", stage="common", file=SOFTMAX, tests=["03"],
          find="const float m_new = fmaxf(m[i], __fmul_rn(m_tile[i], scale_log2));",
