@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/checked_launch.h"
 #include "common/device_buffer.h"
 
 namespace fe = cudnn_frontend;
@@ -270,6 +271,14 @@ void forward(const Problem& p, DeviceBatch& db) {
   if (std::string why = unsupported(p); !why.empty()) throw Error("vendor_cudnn: " + why);
   const AttentionParams a = db.params();
   const BatchView& b = a.batch;
+  // cuDNN picks its own work split per graph, and a graph is per batch shape:
+  // nothing makes a request's bits independent of its batch.
+  PA_REQUIRE(!a.batch_invariant, "vendor_cudnn: no batch-invariant mode (cuDNN's kernels split the work per batch "
+                                 "shape, so a request's bits may depend on its batch)");
+  // cuDNN reads the block table as it is: a bad entry is an out-of-bounds read
+  // on the device (and a sticky CUDA error). With checked launches on, the
+  // course's validation of the device copy runs first, as in every stage.
+  check_device_batch(a, "vendor_cudnn");
   if (!no_request_rows(p)) {
     BuiltGraph& g = graph_for(p);
     const BatchAux& aux = aux_for(p);
