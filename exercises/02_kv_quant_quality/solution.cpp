@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -5,28 +6,51 @@
 
 namespace pa::exercise02 {
 
-std::vector<float> fake_quantize(const std::vector<float>& x, int rows, int cols, int bits, Group group) {
-  if (bits < 2 || bits > 8) throw std::invalid_argument("fake_quantize: bits must be 2..8");
+void fake_quantize_group(const float* x, std::size_t stride, int n, int bits, float* out) {
+  if (bits < 2 || bits > 8) throw std::invalid_argument("fake_quantize_group: bits must be 2..8");
+  if (n <= 0) return;
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < n; ++i) lo = std::min(lo, x[i * stride]), hi = std::max(hi, x[i * stride]);
+  const float max_code = static_cast<float>((1 << bits) - 1);
+  const float scale = (hi - lo) / max_code;
+  for (int i = 0; i < n; ++i) {
+    // rint rounds half to even in the default rounding mode; the clamp only
+    // catches the ulp by which (hi - lo) / scale may pass max_code.
+    const float code = scale == 0.0f ? 0.0f : std::clamp(std::rint((x[i * stride] - lo) / scale), 0.0f, max_code);
+    out[i * stride] = lo + code * scale;
+  }
+}
+
+std::vector<float> fake_quantize(const std::vector<float>& x, int rows, int cols, int bits, Group group,
+                                 int group_tokens) {
   if (static_cast<long long>(rows) * cols != static_cast<long long>(x.size())) {
     throw std::invalid_argument("fake_quantize: x.size() != rows * cols");
   }
-  const float max_code = static_cast<float>((1 << (bits - 1)) - 1);
-  const bool by_row = group == Group::per_row;
-  const int groups = by_row ? rows : cols, members = by_row ? cols : rows;
-  auto at = [&](int g, int m) { return by_row ? static_cast<size_t>(g) * cols + m : static_cast<size_t>(m) * cols + g; };
   std::vector<float> out(x.size());
-  for (int g = 0; g < groups; ++g) {
-    float amax = 0.0f;
-    for (int m = 0; m < members; ++m) amax = std::fmax(amax, std::fabs(x[at(g, m)]));
-    const float scale = amax / max_code;
-    for (int m = 0; m < members; ++m) {
-      // rintf rounds half to even in the default rounding mode; a zero scale
-      // (all-zero group) gives code 0 instead of 0/0.
-      const float code = scale == 0.0f ? 0.0f : std::fmin(std::fmax(std::rint(x[at(g, m)] / scale), -max_code), max_code);
-      out[at(g, m)] = code * scale;
+  if (group == Group::per_token) {
+    for (int r = 0; r < rows; ++r) fake_quantize_group(&x[static_cast<size_t>(r) * cols], 1, cols, bits, &out[static_cast<size_t>(r) * cols]);
+    return out;
+  }
+  if (group_tokens < 1) throw std::invalid_argument("fake_quantize: group_tokens must be >= 1");
+  for (int t0 = 0; t0 < rows; t0 += group_tokens) {
+    const int n = std::min(group_tokens, rows - t0);
+    for (int c = 0; c < cols; ++c) {
+      const size_t first = static_cast<size_t>(t0) * cols + c;
+      fake_quantize_group(&x[first], cols, n, bits, &out[first]);
     }
   }
   return out;
+}
+
+double kl_divergence(const double* logits_p, const double* logits_q, int n) {
+  const double lse_p = log_sum_exp(logits_p, n), lse_q = log_sum_exp(logits_q, n);
+  double kl = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const double log_p = logits_p[j] - lse_p;
+    if (log_p == -INFINITY) continue;  // P_j = 0: the term is 0, not 0 * (-inf - -inf)
+    kl += std::exp(log_p) * (log_p - (logits_q[j] - lse_q));
+  }
+  return kl;
 }
 
 }  // namespace pa::exercise02
