@@ -431,7 +431,10 @@ WARNINGS = []  # printed by main(): tables that a partial run leaves mostly blan
 
 def table(run, spec, where=""):
     head = ["case"] + [c[0] for c in spec["columns"]]
-    lines = [run.header(spec.get("shape", True)) + ". " + spec["note"], "",
+    note = spec["note"]
+    if "`vendor_cudnn`" in note and not any(k[1].startswith("vendor_cudnn") for k in run.entries):
+        note += " This run has no `vendor_cudnn` rows (the build found no cuDNN or cudnn-frontend: see \"The vendor backend\")."
+    lines = [run.header(spec.get("shape", True)) + ". " + note, "",
              "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     blank = 0

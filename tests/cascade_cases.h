@@ -1,5 +1,7 @@
-// Stage 07's cascade cases, shared by its tests (stage 07's own passes) and the
-// engine's (the same groups with the warpgroup prefix pass where it serves).
+// Stage 07's cascade cases, shared by its tests (stage 07's own passes, the bf16
+// ones) and the engine's (all of them: the same groups with the warpgroup
+// prefix pass where it serves, and the 8-bit caches, which only the engine
+// composes with a cascade).
 #pragma once
 
 #include <climits>
@@ -7,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/quant.cuh"
 #include "tests/harness.h"
 #include "tests/sink_cases.h"
 
@@ -42,6 +45,31 @@ inline std::vector<int> members(int first, int count) {
   std::vector<int> m(count);
   for (int i = 0; i < count; ++i) m[i] = first + i;
   return m;
+}
+
+// The plain path of the earlier stages on the same batch: stage 04 for bf16
+// decode batches, stage 03 for other bf16 batches, stage 05 for 8-bit caches.
+// Each member reads the shared prefix through its own table.
+inline void run_plain(const Problem& p, DeviceBatch& db) {
+  if (is_quantized(p.cfg.kv_format)) {
+    stage05::forward(db.params());
+  } else if (p.meta.decode_only || p.meta.max_query_len <= 1) {
+    stage04::forward(db.params());
+  } else {
+    stage03::forward(db.params());
+  }
+}
+
+inline std::vector<CascadeCase> stage07_cases();
+
+// The cases stage 07 runs itself: bf16 caches (8-bit caches with shared
+// prefixes are the engine's composition, tested in tests/test_engine.cpp).
+inline std::vector<CascadeCase> stage07_bf16_cases() {
+  std::vector<CascadeCase> out;
+  for (const CascadeCase& k : stage07_cases()) {
+    if (k.c.cfg.kv_format == KvFormat::bf16) out.push_back(k);
+  }
+  return out;
 }
 
 inline std::vector<CascadeCase> stage07_cases() {
@@ -146,7 +174,7 @@ inline std::vector<CascadeCase> stage07_cases() {
        kCascade},
       {{"LongSuffixes1100_SplitOwnPass_MHA_D64", config(1, 1, 64, 16), decodes(2, 64, 1100)}, {{{0, 1}, 64}},
        kCascade},
-      // 8-bit caches.
+      // 8-bit caches (the engine's: stage 07 refuses them).
       {{"Int8_Prefix37_Decodes_Group4_D128", cfg_of(8, 2, 128, 16, F::int8), decodes(4, 37, 11)},
        {{{0, 1, 2, 3}, 37}},
        kCascade},

@@ -29,20 +29,6 @@ namespace {
 
 using stage07::Path;
 
-// The path a cascade replaces, on the same batch: no group cascaded.
-// The plain path of the earlier stages on the same batch: stage 04 for bf16
-// decode batches, stage 03 for other bf16 batches, stage 05 for 8-bit caches.
-// Each member reads the shared prefix through its own table.
-void run_plain(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>&) {
-  if (is_quantized(p.cfg.kv_format)) {
-    stage05::forward(db.params());
-  } else if (p.meta.decode_only || p.meta.max_query_len <= 1) {
-    stage04::forward(db.params());
-  } else {
-    stage03::forward(db.params());
-  }
-}
-
 int queries_of(const BatchMeta& m, const PrefixGroup& g) {
   int n = 0;
   for (int r : g.members) n += m.q_len(r);
@@ -113,11 +99,11 @@ TEST_P(Stage07, MatchesOracleAndPlainPath) {
   expect_prefix_counted_once(p, groups, plan, want, lse);
 
   db.poison_outputs();
-  run_plain(p, db, groups);
-  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against the plain path (stages 03-05)");
+  run_plain(p, db);
+  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against the plain path (stages 03-04)");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Stage07, testing::ValuesIn(stage07_cases()), stage07_case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Stage07, testing::ValuesIn(stage07_bf16_cases()), stage07_case_name);
 
 // Padding rows and requests without a query: exactly +0.0 with lse -inf.
 TEST(Stage07Padding, ExactZerosCascade) {
@@ -246,6 +232,19 @@ TEST(Stage07Errors, RejectsSinks) {
   // plan() accepts them (stage 08 runs the same plan with sinks); stage 07 itself refuses them.
   const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
   expect_error([&] { stage07::forward(db.params(), plan); }, "sinks");
+}
+
+TEST(Stage07Errors, RefusesEightBitCachesNamingTheEngine) {
+  for (const KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+    AttentionConfig cfg = config(8, 2, 64, 16);
+    cfg.kv_format = f;
+    Problem p = make_problem(cfg, decodes(2, 32, 1));
+    const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1}, 32}});
+    DeviceBatch db(p);
+    // plan() accepts them (the engine runs the same plan over stage 05's tiles); stage 07 itself refuses them.
+    const stage07::Cascade plan = stage07::plan(db.params(), p.meta, groups, kCascade);
+    expect_error([&] { stage07::forward(db.params(), plan); }, "engine::plan_cascade");
+  }
 }
 
 // plan() validates the head configuration before it uses it: with zero KV

@@ -15,6 +15,7 @@
 #include "common/tile_contract.cuh"
 #include "going_further/batch_invariant.cuh"
 #include "going_further/two_warp_decode.cuh"
+#include "solutions/05_quantized_kv/quantized_tile.cuh"
 #include "solutions/07_cascade/cascade.cuh"
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
 

@@ -219,7 +219,8 @@ std::vector<XCase> all_cases() {
                  Keys::times1e4});
   }
 
-  // Stage 07: shared prefixes, cascaded and plain, bf16 and 8-bit.
+  // Stage 07: shared prefixes, cascaded and plain, bf16; with 8-bit caches the
+  // cascade is the engine's composition (case 9).
   {
     XCase c{"prefix64_decodes_g4_d128_b16_cascade", 7, cfg_of(8, 2, 128, 16), shared_prefix_decodes(3, 64, 8, 16)};
     c.prefixes = {{{0, 1, 2}, 64}};
@@ -227,14 +228,14 @@ std::vector<XCase> all_cases() {
     c.name = "prefix64_decodes_g4_d128_b16_plain";
     c.force = 0;
     v.push_back(c);
-    XCase k{"prefix40_chunks_g4_d64_b16_int8_cascade", 7, cfg_of(8, 2, 64, 16, F::int8),
+    XCase k{"prefix40_chunks_g4_d64_b16_int8_cascade", 9, cfg_of(8, 2, 64, 16, F::int8),
             shared_prefix_requests(2, 40, min_suffix_len(40, 16) + 4, 6, 16)};
     k.prefixes = {{{0, 1}, 40}};
     v.push_back(k);
     XCase l{"prefix600_decodes_g2_d64_b16_cascade", 7, cfg_of(4, 2, 64, 16), shared_prefix_decodes(2, 600, 8, 16)};
     l.prefixes = {{{0, 1}, 600}};
     v.push_back(l);
-    XCase o{"prefix64_decodes_g4_d128_b16_fp8_outlier100_cascade", 7, cfg_of(8, 2, 128, 16, F::fp8_e4m3),
+    XCase o{"prefix64_decodes_g4_d128_b16_fp8_outlier100_cascade", 9, cfg_of(8, 2, 128, 16, F::fp8_e4m3),
             shared_prefix_decodes(3, 64, 8, 16), 0, Keys::outlier100};
     o.prefixes = {{{0, 1, 2}, 64}};
     v.push_back(o);

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "common/attention_params.h"
+#include "common/quant.cuh"  // is_quantized: the 8-bit caches' bytes (the engine plans them with this model)
 #include "common/stages.h"
 #include "solutions/03_gqa_packing/gqa_shapes.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"

@@ -186,15 +186,14 @@ void forward(const AttentionParams& p, const Cascade& c, cudaStream_t stream) {
   check_device_batch(p, "stage 07", stream);
   PA_REQUIRE(p.window == 0, "stage 07: no sliding window (see plan())");
   PA_REQUIRE(p.sinks == nullptr, "stage 07 implements causal attention without sinks (stage 08 adds them)");
-  PA_REQUIRE(!is_quantized(p.kv.format) || (p.kv.k_codes && p.kv.v_codes && p.kv.k_scale && p.kv.v_scale),
-             std::string("stage 07: a ") + name(p.kv.format) + " cache needs k_codes, v_codes, k_scale and v_scale");
+  PA_REQUIRE(p.kv.format == KvFormat::bf16,
+             std::string("stage 07 implements cascade over bf16 caches (stage 03/04's tiles); a ") +
+                 name(p.kv.format) +
+                 " cache with shared prefixes is the engine's: engine::plan_cascade + run_cascade compose the "
+                 "cascade with stage 05's tiles");
   PA_REQUIRE(c.suffix_begin.size() >= static_cast<size_t>(p.batch.num_requests),
              "stage 07: the cascade plan was made for another batch");
-  switch (p.kv.format) {
-    case KvFormat::bf16: forward_with<stage03::Bf16Tiles>(p, pk, c, stream); break;
-    case KvFormat::int8: forward_with<stage05::QuantizedTiles<KvFormat::int8>>(p, pk, c, stream); break;
-    case KvFormat::fp8_e4m3: forward_with<stage05::QuantizedTiles<KvFormat::fp8_e4m3>>(p, pk, c, stream); break;
-  }
+  forward_with<stage03::Bf16Tiles>(p, pk, c, stream);
   clear_padding_rows(p, stream);
   PA_CHECK_TODOS("07_cascade");
 }

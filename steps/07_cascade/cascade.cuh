@@ -30,10 +30,9 @@
 #include "common/cuda_compat.cuh"
 #include "common/online_softmax.cuh"
 #include "common/todo.cuh"
-// Stage 07 builds on the reference solutions of stages 03-05.
+// Stage 07 builds on the reference solutions of stages 03-04.
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
-#include "solutions/05_quantized_kv/quantized_tile.cuh"
 
 namespace pa::stage07 {
 namespace {
