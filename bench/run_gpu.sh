@@ -6,6 +6,7 @@
 #
 #   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--skip-cascade]
 #                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX] [--bit-exact]
+#                           [--autotune]
 #
 # --skip-bench skips bench_attention (and with it the PyTorch reference points and
 # summary.md: the results table and stage 08's targets);
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
 skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 skip_cascade=0 bench_filter=. cascade_filter=. ncu_filter=
-bit_exact=0
+bit_exact=0 autotune=0
 while (($#)); do
   case $1 in
     --skip-tests) skip_tests=1 ;;
@@ -35,6 +36,7 @@ while (($#)); do
     --cascade-filter) cascade_filter=$2; shift ;;
     --ncu) ncu_filter=$2; shift ;;
     --bit-exact) bit_exact=1 ;;
+    --autotune) autotune=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -51,6 +53,7 @@ jobs=$(nproc)
 # Without tests, only the benchmark programs are needed.
 targets=()
 ((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention bench_cascade crosscheck)
+((skip_tests && skip_sanitizer && autotune)) && targets+=(exercise_03_autotune_tuner)
 { cmake --preset gpu && cmake --build --preset gpu -j "$jobs" "${targets[@]}"; } > "$out/build.log" 2>&1 || {
   tail -50 "$out/build.log"; echo "build failed"; exit 1; }
 
@@ -116,6 +119,22 @@ if ((!skip_cascade)); then
   step cascade plots
   python3 plots/plot_cascade.py --bench "$out/cascade.json" --out "$out" --md "$out/cascade.md" > /dev/null || status=1
   cat "$out/cascade.md"
+fi
+if ((autotune)); then
+  step autotune
+  build/gpu/exercises/exercise_03_autotune_tuner --table_out="$out/tuned_table.json" \
+    --benchmark_out="$out/autotune.json" --benchmark_out_format=json > "$out/autotune.txt" 2>&1 || status=1
+  grep -E "read probe|^plan/" "$out/autotune.txt" | sed -E 's/ +/ /g' | cut -c1-220
+  if ((!skip_torch)) && [[ ! -s $out/torch.json ]]; then
+    step torch reference points
+    PYTHONUNBUFFERED=1 python3 bench/torch_reference.py --out "$out/torch.json" > "$out/torch.log" 2>&1 || status=1
+    tail -3 "$out/torch.log"
+  fi
+  step autotune plot
+  torch_args=()
+  [[ -s $out/torch.json ]] && torch_args=(--torch "$out/torch.json")
+  python3 exercises/03_autotune/plot_autotune.py --run "$out/autotune.json" "${torch_args[@]}" \
+    --out "$out/autotune.png" --md "$out/autotune.md" || status=1
 fi
 if ((bit_exact)); then
   step bit-exact build

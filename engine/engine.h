@@ -30,6 +30,8 @@
 
 namespace pa::engine {
 
+class TunedTable;  // tuned_table.h: measured split counts per (batch, context, group)
+
 // The batches a plan serves. The grids are sized from these, so a plan made for
 // a bound runs every batch inside it, and a graph captured from it stays valid
 // while the contexts grow up to max_seq_len.
@@ -56,6 +58,12 @@ const char* name(Path path);
 struct Options {
   int num_splits = 0;  // 0: the engine decides (stage 04's rule); 1..64 forces that many splits (decode batches)
   int num_sms = 0;     // 0: the current device's SM count
+  // Not null: a decode plan takes its split count from the table's entry for
+  // its bounds where one serves them (tuned_table.h), stage 04's rule elsewhere.
+  // The caller keeps the table alive while it plans; plans do not point to it.
+  // The table's shape must be the layer's, and num_splits must be 0.
+  // Batch-invariant plans ignore it (their splits never depend on the batch).
+  const TunedTable* tuned = nullptr;
 };
 
 // Made by plan(), read by run(). Plain data: copy it, keep it beside the workspace.
@@ -73,6 +81,7 @@ struct Plan {
   int num_splits = 1;       // split programs per (KV head, request), the sink tokens' split included
   int keys_per_split = 0;   // keys of each split after the leading one(s)
   int span_keys = 0;        // the most keys a request reads (its context, or its window)
+  bool tuned = false;       // num_splits came from Options::tuned's table, not from stage 04's rule
   size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D]
   size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
   size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace

@@ -9,6 +9,7 @@
 #include "common/device_buffer.h"
 #include "common/quant.cuh"
 #include "compose.h"
+#include "tuned_table.h"
 #include "solutions/03_gqa_packing/gqa_shapes.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
 #include "going_further/batch_invariant.cuh"
@@ -16,6 +17,8 @@
 
 namespace pa::engine {
 namespace {
+
+static_assert(TUNED_MAX_SPLITS == stage04::MAX_SPLITS, "a tuned table's split counts are stage 04's");
 
 constexpr size_t WORKSPACE_ALIGN = 256;
 size_t align_up(size_t bytes) { return (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN; }
@@ -44,6 +47,28 @@ AttentionParams bounded(const AttentionParams& p_in, const Bounds& b) {
   return p;
 }
 
+// A tuned table serves only the layer shape it was measured on.
+void check_table_shape(const TunedTable& t, const AttentionParams& p) {
+  const TunedShape& s = t.shape();
+  auto same = [&](int table_value, int value, const char* field) {
+    PA_REQUIRE(table_value == value, "engine::plan: the tuned table was made for " + std::string(field) + " " +
+                                         str(table_value) + ", this layer has " + str(value));
+  };
+  same(s.num_kv_heads, p.kv.num_kv_heads, "num_kv_heads");
+  same(s.head_dim, p.kv.head_dim, "head_dim");
+  same(s.block_size, p.kv.block_size, "block_size");
+  PA_REQUIRE(s.format == p.kv.format, std::string("engine::plan: the tuned table was made for a ") +
+                                          pa::name(s.format) + " cache, this layer's is " + pa::name(p.kv.format));
+}
+
+// The entry's split count over `span_keys`, whole blocks per split, with the
+// splits that would be empty dropped (stage 04's rule rounds the same way).
+stage04::SplitPlan tuned_split_plan(int span_keys, int block_size, int num_splits) {
+  const int num_blocks = stage04::max_blocks(span_keys, block_size);
+  const int blocks_per_split = stage04::ceil_div(num_blocks, num_splits);
+  return stage04::SplitPlan{stage04::ceil_div(num_blocks, blocks_per_split), blocks_per_split};
+}
+
 }  // namespace
 
 Bounds bounds_of(const BatchView& batch) {
@@ -69,6 +94,7 @@ std::string Plan::describe() const {
   if (window > 0) s += ", window " + std::to_string(window);
   if (sink_tokens > 0) s += ", " + std::to_string(sink_tokens) + " sink tokens";
   if (sinks) s += ", learned sinks";
+  if (tuned) s += ", tuned";
   return s;
 }
 
@@ -82,6 +108,11 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
   check_bounds(b);
   const AttentionParams p = bounded(p_in, b);
   (void)stage03::checked_packing(p, "engine");  // heads, group, block size, head_dim
+  if (options.tuned) {
+    PA_REQUIRE(options.num_splits == 0, "engine::plan: num_splits " + str(options.num_splits) +
+                                            " and a tuned table both choose the split count; give one of them");
+    check_table_shape(*options.tuned, p);
+  }
 
   Plan pl;
   pl.num_q_heads = p.num_q_heads;
@@ -105,7 +136,12 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
                  str(b.max_query_len) + " tokens");
   auto split_plan = [&] {
     const int num_sms = options.num_sms > 0 ? options.num_sms : stage04::sm_count();
-    const stage04::SplitPlan sp = options.num_splits == 0
+    const TunedEntry* entry =
+        options.tuned ? options.tuned->find(b.num_requests, pl.span_keys, p.num_q_heads / p.kv.num_kv_heads)
+                      : nullptr;
+    pl.tuned = entry != nullptr;
+    const stage04::SplitPlan sp = entry ? tuned_split_plan(pl.span_keys, block, entry->num_splits)
+                                  : options.num_splits == 0
                                       ? stage04::plan_rule(p, num_sms, pl.span_keys)
                                       : stage04::plan_fixed_rule(pl.span_keys, block, options.num_splits);
     stage04::check_plan(sp, pl.span_keys, block);
