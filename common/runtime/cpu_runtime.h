@@ -15,8 +15,9 @@
 // It is STRICTER than a GPU on purpose, because it teaches: a thread that
 // returns while the rest of its block waits at a barrier, threads of one block
 // waiting at different __syncthreads call sites, a warp collective whose mask
-// names an exited lane or whose lanes wait at different call sites, and a
-// deadlock are reported with block, thread and source line.
+// names an exited lane or whose lanes wait at different call sites, misuse of
+// an mbarrier or a bulk copy, and a deadlock (an mbarrier phase that can never
+// complete included) are reported with block, thread and source line.
 //
 // Environment:
 //   CPUCUDA_WORKERS=n        worker threads (default: hardware concurrency)
@@ -27,9 +28,11 @@
 //
 // Known limits (the course kernels need none of these):
 //   - A spin-wait on a flag that another thread sets never yields: a fiber only
-//     gives up the core at a barrier, a warp collective or its return, so the
-//     spinning fiber runs forever. Waiting for another BLOCK likewise hangs or
-//     deadlocks (blocks of a worker run one after another, to completion).
+//     gives up the core at a barrier, a warp collective, an mbarrier wait
+//     (common/mbarrier.cuh: the way to wait for another thread of the block) or
+//     its return, so the spinning fiber runs forever. Waiting for another BLOCK
+//     likewise hangs or deadlocks (blocks of a worker run one after another, to
+//     completion).
 //   - __shared__ is thread_local: one copy per worker OS thread, shared by the
 //     block that runs on it. So a __shared__ variable keeps its value from the
 //     previous block (like a GPU, it is uninitialized; do not rely on it).
@@ -180,6 +183,15 @@ void cp_async_16(void* smem_dst, const void* gmem_src, bool pred);
 void cp_async_4(void* smem_dst, const void* gmem_src, bool pred);
 void cp_async_commit();
 void cp_async_wait(int max_pending);
+
+// mbarrier and cp.async.bulk emulation behind common/mbarrier.cuh and
+// common/bulk_copy.cuh. `bar` is the barrier's 8 bytes in shared memory, which
+// hold the runtime's handle; a wait suspends the fiber until the phase of
+// `parity` completes. tx_bytes 0 is a plain arrive.
+void mbarrier_init(uint64_t* bar, uint32_t count, const char* file, int line);
+void mbarrier_arrive(uint64_t* bar, uint32_t tx_bytes, const char* file, int line);
+bool mbarrier_try_wait(uint64_t* bar, uint32_t parity, const char* file, int line);
+void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, const char* file, int line);
 
 // Stream capture (cpu_api.h): record_work() returns false when `stream` is not
 // capturing, and the caller runs the work now; true when it was recorded into

@@ -9,6 +9,9 @@
 // computes all lanes' shuffle/mma results) and keeps running without a switch.
 // Control returns to the worker's own context only when the block is finished,
 // failed, or deadlocked (no ready fiber while some have not returned).
+// An mbarrier wait suspends its fiber like a barrier does; the phase's
+// completion (an arrive, or a bulk copy landing) makes its waiters ready. Bulk
+// copies land when someone waits on their barrier, or when no fiber is ready.
 #include "cpu_runtime.h"
 
 #include <pthread.h>
@@ -47,7 +50,7 @@ constexpr int kMaxThreads = 1024;
 constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int kMaxWarpGroups = 4;  // concurrent collectives of disjoint lane sets in one warp
 
-enum class State : uint8_t { kReady, kAtBarrier, kAtWarpOp, kDone };
+enum class State : uint8_t { kReady, kAtBarrier, kAtWarpOp, kAtMbarrier, kDone };
 
 struct CopyOp {
   void* dst;
@@ -73,9 +76,44 @@ struct Fiber : FiberInfo {
   std::vector<size_t> group_ends;
   size_t retired_groups = 0;
   size_t retired_copies = 0;
+  // The mbarrier (index into Worker::mbars) and parity this fiber waits for.
+  int32_t mbar_wait = -1;
+  uint32_t mbar_parity = 0;
 #if CPUCUDA_ASAN
   void* fake_stack = nullptr;
 #endif
+};
+
+// One mbarrier of the running block. Its 8 bytes of shared memory hold a handle
+// (kMbarMagic, the block's generation, the index of this record), so a barrier
+// left over from an earlier block, or never initialized, is recognised.
+struct Mbar {
+  uint64_t* addr = nullptr;
+  uint32_t count = 0;    // arrivals every phase starts with
+  uint32_t pending = 0;  // arrivals the current phase still needs
+  int64_t tx = 0;        // bytes announced minus bytes delivered, current phase
+  uint32_t phase = 0;    // completed phases; the current phase's parity is phase & 1
+  uint32_t in_flight = 0;  // bulk copies issued to it and not landed
+  // For reports: where it was initialized (the ordinal-th init at that line),
+  // and this phase's announced and delivered bytes.
+  const char* init_file = nullptr;
+  int init_line = 0;
+  uint32_t ordinal = 0;
+  uint64_t announced = 0, delivered = 0;
+  const char* expect_file = nullptr;
+  int expect_line = 0;
+  std::vector<Fiber*> waiters;
+};
+
+// A bulk copy issued and not landed yet (the source is read when it lands).
+struct BulkCopy {
+  void* dst;
+  const void* src;
+  uint32_t bytes;
+  int32_t bar;
+  const Fiber* issuer;
+  const char* file;
+  int line;
 };
 
 struct WarpGroup {
@@ -140,6 +178,11 @@ struct Worker {
   // Set by a fiber that found an error, read by the worker's own context.
   bool failed = false;
   std::string error;
+  // The block's mbarriers and its bulk copies in flight (issue order); the
+  // generation tells this block's barrier handles from earlier blocks'.
+  std::vector<Mbar> mbars;
+  std::vector<BulkCopy> bulk;
+  uint32_t generation = 0;
   // Dynamic shared memory, grown on demand.
   unsigned char* smem = nullptr;
   size_t smem_capacity = 0;
@@ -231,7 +274,24 @@ inline void jump(Worker& w, Fiber* self, Fiber* to, bool final) {
   tl_fiber = self;
 }
 
-inline void switch_out(Worker& w, Fiber* self) { jump(w, self, pop_ready(w), false); }
+void land_bulk_copies(Worker& w, Fiber* self, int32_t bar);
+
+// The next fiber to run. With none ready, the copy engine catches up: the bulk
+// copies in flight land, which may complete phases and wake their waiters.
+inline Fiber* next_ready(Worker& w, Fiber* self) {
+  Fiber* f = pop_ready(w);
+  if (!f && !w.bulk.empty()) {
+    land_bulk_copies(w, self, -1);
+    f = pop_ready(w);
+  }
+  return f;
+}
+
+inline void switch_out(Worker& w, Fiber* self) {
+  Fiber* to = next_ready(w, self);
+  if (to == self) return;  // a landing copy completed the phase self waits for
+  jump(w, self, to, false);
+}
 
 // Records the first error of the block. The message is built in its own
 // statement so that its temporaries are destroyed before the fiber is abandoned
@@ -305,7 +365,7 @@ void fiber_entry(fc::transfer_t t) {
     }
   }
   if (!w.first_exited) w.first_exited = self;
-  jump(w, self, pop_ready(w), true);
+  jump(w, self, next_ready(w, self), true);
   std::abort();  // unreachable
 }
 
@@ -685,6 +745,238 @@ void cp_async_wait(int max_pending) {
   }
 }
 
+// ---- mbarriers and cp.async.bulk (common/mbarrier.cuh, common/bulk_copy.cuh)
+
+namespace {
+
+constexpr uint64_t kMbarMagic = 0x4d42;  // the handle's top 16 bits
+constexpr int64_t kMbarMaxTx = (1 << 20) - 1;
+constexpr uint32_t kMbarMaxCount = (1u << 20) - 1;
+
+uint64_t mbar_handle(const Worker& w, uint32_t index) {
+  return (kMbarMagic << 48) | (static_cast<uint64_t>(w.generation & 0xffffffu) << 24) | index;
+}
+
+// The record of a valid handle of this block at `bar`, or -1.
+int32_t mbar_lookup(const Worker& w, const uint64_t* bar) {
+  const uint64_t v = *bar;
+  const uint32_t index = static_cast<uint32_t>(v & 0xffffffu);
+  if ((v >> 48) != kMbarMagic || ((v >> 24) & 0xffffffu) != (w.generation & 0xffffffu)) return -1;
+  if (index >= w.mbars.size() || w.mbars[index].addr != bar) return -1;
+  return static_cast<int32_t>(index);
+}
+
+// A barrier is named by where it was initialized: `full[s].init(1)` in a loop
+// over s names full[s] "#s".
+std::string mbar_name(const Mbar& m) {
+  return "mbarrier #" + std::to_string(m.ordinal) + " initialized at " + site(m.init_file, m.init_line) + " (count " +
+         std::to_string(m.count) + ")";
+}
+
+std::string mbar_state(const Mbar& m) {
+  std::string s = "phase " + std::to_string(m.phase) + " (parity " + std::to_string(m.phase & 1u) + ") still needs " +
+                  std::to_string(m.pending) + " of " + std::to_string(m.count) + " arrivals";
+  if (m.tx > 0) s += " and " + std::to_string(m.tx) + " bytes";
+  if (m.tx < 0) s += ", and its copies delivered " + std::to_string(-m.tx) + " bytes more than announced";
+  s += "; this phase expect_tx announced " + std::to_string(m.announced) + " bytes";
+  if (m.expect_file) s += " (last at " + site(m.expect_file, m.expect_line) + ")";
+  s += " and bulk copies delivered " + std::to_string(m.delivered);
+  if (m.in_flight) s += ", " + std::to_string(m.in_flight) + " copies in flight";
+  return s;
+}
+
+int32_t mbar_index(Worker& w, Fiber* self, uint64_t* bar, const char* what, const char* file, int line) {
+  if (reinterpret_cast<uintptr_t>(bar) & 7u) {
+    CPUCUDA_FAIL(w, self, std::string(what) + " (" + site(file, line) + "): the mbarrier is not 8-byte aligned");
+  }
+  const int32_t index = mbar_lookup(w, bar);
+  if (index < 0) {
+    CPUCUDA_FAIL(w, self,
+                 std::string(what) + " (" + site(file, line) +
+                     ") on an mbarrier that this block has not initialized (or whose 8 bytes were overwritten "
+                     "since): one thread calls init(count), then fence_mbarrier_init() and __syncthreads(), "
+                     "before any thread arrives, waits or copies");
+  }
+  return index;
+}
+
+// Completes the phase once nothing is missing: the parity flips, the waiters run.
+void mbar_try_complete(Worker& w, Mbar& m) {
+  if (m.pending != 0 || m.tx != 0) return;
+  ++m.phase;
+  m.pending = m.count;
+  m.announced = m.delivered = 0;
+  m.expect_file = nullptr;
+  const size_t n = m.waiters.size();
+  for (size_t i = 0; i < n; ++i) {
+    Fiber* f = m.waiters[w.reverse ? n - 1 - i : i];
+    f->mbar_wait = -1;
+    push_ready(w, f);
+  }
+  m.waiters.clear();
+}
+
+// The copy engine delivers: the copies in flight to barrier `bar` (all of them
+// for -1), in issue order. Each writes its bytes and completes them on its barrier.
+void land_bulk_copies(Worker& w, Fiber* self, int32_t bar) {
+  size_t kept = 0;
+  for (size_t i = 0; i < w.bulk.size(); ++i) {
+    const BulkCopy c = w.bulk[i];
+    if (bar >= 0 && c.bar != bar) {
+      w.bulk[kept++] = c;
+      continue;
+    }
+    std::memcpy(c.dst, c.src, c.bytes);
+    Mbar& m = w.mbars[static_cast<size_t>(c.bar)];
+    --m.in_flight;
+    m.tx -= c.bytes;
+    m.delivered += c.bytes;
+    if (m.pending == 0 && m.tx < 0) {
+      CPUCUDA_FAIL_AS(w, self, c.issuer,
+                      "the bulk copy of " + std::to_string(c.bytes) + " bytes issued at " + site(c.file, c.line) +
+                          " delivers more bytes than the phase of " + mbar_name(m) +
+                          " expects: this phase expect_tx announced " + std::to_string(m.announced) +
+                          " bytes and its copies delivered " + std::to_string(m.delivered) +
+                          " (on a GPU the phase completes early, with bytes still landing); announce exactly the "
+                          "bytes the copies deliver");
+    }
+    mbar_try_complete(w, m);
+  }
+  w.bulk.resize(kept);
+}
+
+}  // namespace
+
+void mbarrier_init(uint64_t* bar, uint32_t count, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  if (reinterpret_cast<uintptr_t>(bar) & 7u) {
+    CPUCUDA_FAIL(w, self, "mbarrier init (" + site(file, line) + "): the mbarrier is not 8-byte aligned");
+  }
+  if (count == 0 || count > kMbarMaxCount) {
+    CPUCUDA_FAIL(w, self,
+                 "mbarrier init (" + site(file, line) + ") with count " + std::to_string(count) +
+                     ": the count of arrivals per phase must be 1 to " + std::to_string(kMbarMaxCount));
+  }
+  int32_t index = mbar_lookup(w, bar);
+  if (index >= 0) {
+    const Mbar& old = w.mbars[static_cast<size_t>(index)];
+    if (!old.waiters.empty() || old.in_flight) {
+      CPUCUDA_FAIL(w, self,
+                   "mbarrier init (" + site(file, line) + ") re-initializes " + mbar_name(old) + " while " +
+                       std::to_string(old.waiters.size()) + " thread(s) wait on it and " +
+                       std::to_string(old.in_flight) + " bulk copies to it are in flight");
+    }
+  } else {
+    index = static_cast<int32_t>(w.mbars.size());
+    w.mbars.emplace_back();
+  }
+  uint32_t ordinal = 0;
+  for (size_t i = 0; i < w.mbars.size(); ++i) {
+    const Mbar& o = w.mbars[i];
+    if (static_cast<int32_t>(i) != index && o.init_file && same_site(o.init_file, o.init_line, file, line)) ++ordinal;
+  }
+  Mbar& m = w.mbars[static_cast<size_t>(index)];
+  if (!(m.init_file && same_site(m.init_file, m.init_line, file, line))) m.ordinal = ordinal;
+  m.addr = bar;
+  m.count = count;
+  m.pending = count;
+  m.tx = 0;
+  m.phase = 0;
+  m.in_flight = 0;
+  m.init_file = file;
+  m.init_line = line;
+  m.announced = m.delivered = 0;
+  m.expect_file = nullptr;
+  *bar = mbar_handle(w, static_cast<uint32_t>(index));
+}
+
+void mbarrier_arrive(uint64_t* bar, uint32_t tx_bytes, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  const char* what = tx_bytes ? "mbarrier arrive_expect_tx" : "mbarrier arrive";
+  Mbar& m = w.mbars[static_cast<size_t>(mbar_index(w, self, bar, what, file, line))];
+  if (m.pending == 0) {
+    CPUCUDA_FAIL(w, self,
+                 std::string(what) + " (" + site(file, line) + ") on " + mbar_name(m) + ", whose " + mbar_state(m) +
+                     ": its phase already has all its arrivals, so this one is more than the count allows in "
+                     "one phase (a slot filled again before its phase completed: a missing wait on the "
+                     "barrier that releases it?)");
+  }
+  if (tx_bytes) {
+    m.tx += tx_bytes;
+    m.announced += tx_bytes;
+    m.expect_file = file;
+    m.expect_line = line;
+    if (m.tx > kMbarMaxTx) {
+      CPUCUDA_FAIL(w, self,
+                   std::string(what) + " (" + site(file, line) + ") of " + std::to_string(tx_bytes) + " bytes on " +
+                       mbar_name(m) + ": the phase's tx-count would reach " + std::to_string(m.tx) +
+                       " bytes, above its limit of " + std::to_string(kMbarMaxTx));
+    }
+  }
+  --m.pending;
+  if (m.pending == 0 && m.tx < 0) {
+    CPUCUDA_FAIL(w, self,
+                 std::string(what) + " (" + site(file, line) + ") is the last arrival of the phase of " +
+                     mbar_name(m) + ", but its bulk copies delivered " + std::to_string(m.delivered) +
+                     " bytes, more than the " + std::to_string(m.announced) +
+                     " bytes expect_tx announced; announce exactly the bytes the copies deliver");
+  }
+  mbar_try_complete(w, m);
+}
+
+bool mbarrier_try_wait(uint64_t* bar, uint32_t parity, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  if (parity > 1) {
+    CPUCUDA_FAIL(w, self,
+                 "mbarrier wait (" + site(file, line) + ") with parity " + std::to_string(parity) +
+                     ": a parity is 0 or 1 (the phase's number & 1)");
+  }
+  const int32_t index = mbar_index(w, self, bar, "mbarrier wait", file, line);
+  if ((w.mbars[static_cast<size_t>(index)].phase & 1u) != parity) return true;
+  // The phase is not complete: its copies land now (as late as they may), and
+  // if that does not complete it, the fiber sleeps until a completion wakes it.
+  if (w.mbars[static_cast<size_t>(index)].in_flight) {
+    land_bulk_copies(w, self, index);
+    if ((w.mbars[static_cast<size_t>(index)].phase & 1u) != parity) return true;
+  }
+  self->state = State::kAtMbarrier;
+  self->wait_what = "mbarrier wait";
+  self->wait_file = file;
+  self->wait_line = line;
+  self->mbar_wait = index;
+  self->mbar_parity = parity;
+  w.mbars[static_cast<size_t>(index)].waiters.push_back(self);
+  switch_out(w, self);
+  // Woken by the completion of the phase it waited for (which later phases,
+  // run before this fiber resumed, cannot undo).
+  return true;
+}
+
+void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  // A function, not a string: nothing on the fiber's stack may own memory when
+  // a failure abandons the fiber.
+  auto at = [&] { return "cp.async.bulk (" + site(file, line) + ") of " + std::to_string(bytes) + " bytes"; };
+  if (bytes == 0 || bytes % 16 != 0) CPUCUDA_FAIL(w, self, at() + ": the size must be a positive multiple of 16 bytes");
+  if (bytes > kMbarMaxTx) {
+    CPUCUDA_FAIL(w, self,
+                 at() + ": at most " + std::to_string(kMbarMaxTx) + " bytes (the tx-count of one mbarrier phase)");
+  }
+  if (reinterpret_cast<uintptr_t>(smem_dst) & 15u) {
+    CPUCUDA_FAIL(w, self, at() + ": the shared-memory destination is not 16-byte aligned");
+  }
+  if (reinterpret_cast<uintptr_t>(gmem_src) & 15u) {
+    CPUCUDA_FAIL(w, self, at() + ": the global source is not 16-byte aligned");
+  }
+  const int32_t index = mbar_index(w, self, bar, "cp.async.bulk", file, line);
+  w.bulk.push_back(BulkCopy{smem_dst, gmem_src, bytes, index, self, file, line});
+  ++w.mbars[static_cast<size_t>(index)].in_flight;
+}
+
 namespace {
 
 // ---- running a block on a worker
@@ -727,15 +1019,34 @@ std::string deadlock_report(const Worker& w) {
                     ": no thread can continue and " + std::to_string(w.num_threads - w.done_count) + " of " +
                     std::to_string(w.num_threads) + " have not returned. Waiting:";
   int shown = 0;
-  for (uint32_t i = 0; i < w.num_threads && shown < 8; ++i) {
+  std::vector<int32_t> mbars_waited;
+  for (uint32_t i = 0; i < w.num_threads; ++i) {
     const Fiber& f = w.fibers[i];
     if (f.state == State::kDone) continue;
+    if (f.state == State::kAtMbarrier &&
+        std::find(mbars_waited.begin(), mbars_waited.end(), f.mbar_wait) == mbars_waited.end()) {
+      mbars_waited.push_back(f.mbar_wait);
+    }
+    if (shown == 8) continue;
     msg += "\n  thread " + fmt3(f.thread_idx.x, f.thread_idx.y, f.thread_idx.z) + " at " + f.wait_what + " (" +
            site(f.wait_file, f.wait_line) + ")";
+    if (f.state == State::kAtMbarrier) {
+      msg += " for parity " + std::to_string(f.mbar_parity) + " of " +
+             mbar_name(w.mbars[static_cast<size_t>(f.mbar_wait)]);
+    }
     ++shown;
   }
   if (w.num_threads - w.done_count > static_cast<uint32_t>(shown)) msg += "\n  ...";
-  msg += "\n(a warp operation whose lanes wait at __syncthreads, or a barrier some threads never reach?)";
+  for (const int32_t b : mbars_waited) {
+    const Mbar& m = w.mbars[static_cast<size_t>(b)];
+    msg += "\n" + mbar_name(m) + ": " + mbar_state(m);
+  }
+  if (!mbars_waited.empty()) {
+    msg += "\n(an mbarrier phase that cannot complete: fewer arrivals than its count, or an expect_tx that "
+           "announced more bytes than its bulk copies deliver? or a wait for the wrong parity?)";
+  } else {
+    msg += "\n(a warp operation whose lanes wait at __syncthreads, or a barrier some threads never reach?)";
+  }
   return msg;
 }
 
@@ -777,7 +1088,11 @@ bool run_block(Worker& w, uint64_t linear_block) {
     f.group_ends.clear();
     f.retired_groups = 0;
     f.retired_copies = 0;
+    f.mbar_wait = -1;
   }
+  w.mbars.clear();
+  w.bulk.clear();
+  ++w.generation;
   for (uint32_t wi = 0; wi < (n + 31) / 32; ++wi) {
     const uint32_t lanes = std::min<uint32_t>(32, n - wi * 32);
     w.warps[wi].valid = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
