@@ -16,33 +16,13 @@
 
 #include "common/launch.cuh"
 #include "common/ptx.cuh"
+#include "tests/runtime/device_array.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-// A device allocation that frees itself; copies in and out are checked.
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceArray(size_t count) : n(count) {
-    PA_CHECK(cudaMalloc(&ptr, n * sizeof(T)));
-    PA_CHECK(cudaMemset(ptr, 0, n * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    PA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  std::vector<T> download() const {
-    std::vector<T> host(n);
-    PA_CHECK(cudaDeviceSynchronize());
-    PA_CHECK(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-};
+using pa::runtime_test::DeviceArray;
 
 // ---------------------------------------------------------------- barriers
 

@@ -1,0 +1,35 @@
+// What the runtime's tests share: a device allocation of their own, so that
+// they exercise the CUDA API the runtime emulates rather than common/'s helpers.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "common/check.h"
+
+namespace pa::runtime_test {
+
+// A device allocation that frees itself; copies in and out are checked.
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceArray(size_t count) : n(count) {
+    PA_CHECK(cudaMalloc(&ptr, n * sizeof(T)));
+    PA_CHECK(cudaMemset(ptr, 0, n * sizeof(T)));
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    PA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~DeviceArray() { cudaFree(ptr); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  std::vector<T> download() const {
+    std::vector<T> host(n);
+    PA_CHECK(cudaDeviceSynchronize());
+    PA_CHECK(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+}  // namespace pa::runtime_test
