@@ -8,6 +8,7 @@
 //   window   4 and 64 requests x 32768 tokens, windowed backends only, each at window 4096
 //            (08_sinks_window keeps its 4 sink tokens and learned sinks)
 //   mixed    2 prefill chunks + 30 decodes
+//   skewed   1 decode of 32768 tokens beside 63 of 512
 //   prefill  one causal prompt of 4096 or 16384 tokens
 //   checked  what checked launches cost (AttentionParams::checked: one validation kernel
 //            and a host synchronisation before the attention kernels): 04_split_kv at
@@ -85,7 +86,7 @@ double plain_read_ms_for(size_t bytes, bench::L2Flush& flush) {
 }
 
 struct BenchCase {
-  std::string family;  // decode | long | window | mixed | prefill | gptoss
+  std::string family;  // decode | long | window | mixed | skewed | prefill | gptoss | ...
   std::string label;   // e.g. batch:64/ctx:4096
   std::vector<RequestShape> requests;
   int iterations;
@@ -129,6 +130,16 @@ std::vector<BenchCase> cases() {
                    decode_requests(b, long_ctx), kGpu ? 10 : 1, window_4096, /*windowed_only=*/true});
   const int s = kGpu ? 1 : 32;
   out.push_back({"mixed", "chunks:2/decodes:30", mixed_chunks_and_decodes(s), kGpu ? 10 : 1});
+  // One long context beside many short ones: a grid shaped by the batch (one
+  // split count for every request) idles while the long one finishes.
+  {
+    const int long_len = kGpu ? 32768 : 512, short_len = kGpu ? 512 : 32, shorts = kGpu ? 63 : 7;
+    std::vector<RequestShape> skewed = decode_requests(shorts, short_len);
+    skewed.insert(skewed.begin(), RequestShape{1, long_len});
+    out.push_back({"skewed", "long:1x" + std::to_string(long_len) + "/decodes:" + std::to_string(shorts) + "x" +
+                                 std::to_string(short_len),
+                   skewed, kGpu ? 20 : 1});
+  }
   for (int n : kGpu ? std::vector<int>{4096, 16384} : std::vector<int>{64})
     out.push_back({"prefill", "batch:1/len:" + std::to_string(n), {{n, n}}, kGpu ? 5 : 1});
   // gpt-oss alternates full-attention and window-128 layers; both with learned

@@ -11,6 +11,8 @@
 #include "compose.h"
 #include "solutions/03_gqa_packing/gqa_packing.cuh"
 #include "solutions/04_split_kv/split_kv.cuh"
+#include "common/merge.cuh"
+#include "common/ptx.cuh"
 #include "going_further/batch_invariant.cuh"
 #include "solutions/06_sliding_window/sliding_window.cuh"
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
@@ -35,6 +37,89 @@ inline stage08::SinkTokenSplits sink_token_splits(const Launch& l, const stage03
   s.window = l.p.window;
   s.block_shift = pk.block_shift;
   return s;
+}
+
+// ---- The mixed path: a batch of prefill chunks and decodes, each on its own tile.
+//
+// Launch 1, the 128-row tiles over the whole context, serves the requests with
+// more than one query; its programs let the next grid start as soon as they
+// run. Launch 2, the decode tile over the plan's splits, serves the decodes and
+// reads nothing of launch 1, so as a dependent launch its programs take the SM
+// slots that launch 1's last wave leaves free: the decodes' memory traffic
+// runs beside the chunks' tensor-core work. Launch 3 merges the decode rows'
+// partials once launch 2 has finished.
+
+// Launch 1's Slice: Inner (the adapted WholeContext) for requests of more than
+// one query; query_tile() runs first in every program, so that is where it lets
+// the dependent grid start.
+template <Slice Inner>
+struct StartsDecodes : further::ServesPrefills<Inner> {
+  __device__ __forceinline__ int query_tile() const {
+    allow_dependent_grid();
+    return Inner::query_tile();
+  }
+};
+
+// Launch 2's Slice: the decodes' splits, partials by request (the layout of
+// batch-invariant mode, so a chunk's tokens take no room), started as the
+// dependent of launch 1. It never waits for launch 1: their rows are disjoint.
+template <Slice Inner>
+struct DecodesBesideChunks : further::InvariantSplits<Inner> {
+  static constexpr bool AFTER_PRIOR_GRID = true;
+};
+
+// The decode rows' partials as the merge reads them: the layout of
+// DecodesBesideChunks, a row only for requests with exactly one query (the
+// chunks' rows are launch 1's), merged over MERGE_LANES split lanes like stage 04's.
+struct DecodeRowPartials {
+  const float* part_o;    // [num_splits, num_requests, Hq, head_dim]
+  const float* part_lse;  // [num_splits, num_requests, Hq]
+  int num_splits;
+
+  struct Row : MergeRow {
+    size_t part_row0;  // r * Hq + h: the row's partial in split 0
+  };
+
+  __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
+    const int token = p.batch.query_start_loc[r];
+    const bool decode = p.batch.query_start_loc[r + 1] - token == 1;
+    return {{decode, static_cast<size_t>(token) * p.num_q_heads + h}, static_cast<size_t>(r) * p.num_q_heads + h};
+  }
+
+  __device__ __forceinline__ int num_partials() const { return num_splits; }
+
+  __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int split,
+                                                     const MergeChunk& chunk) const {
+    const size_t part_row = split * static_cast<size_t>(p.batch.num_requests) * p.num_q_heads + row.part_row0;
+    float o[4];
+    chunk.load(part_o + part_row * p.kv.head_dim, o);
+    return SoftmaxState<4>::partial(part_lse[part_row], o);
+  }
+};
+static_assert(PartialSource<DecodeRowPartials>);
+
+template <class Tiles, class Mask, Slice SplitSlice, class Adapt>
+void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits, cudaStream_t stream,
+               const Adapt& adapt) {
+  auto chunks = [&](const stage03::WholeContext& whole) {
+    using Inner = std::decay_t<decltype(adapt(whole))>;
+    StartsDecodes<Inner> s;
+    static_cast<Inner&>(s) = adapt(whole);
+    return s;
+  };
+  DecodesBesideChunks<SplitSlice> decodes;
+  static_cast<SplitSlice&>(decodes) = splits;
+  const auto slice = adapt(decodes);
+  static_assert(after_prior_grid<std::decay_t<decltype(slice)>>, "the decodes start beside the chunks");
+  const dim3 grid(splits.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, chunks);
+    stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+      Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
+    });
+    launch_merge_dependent<HEAD_DIM, stage04::MERGE_LANES<HEAD_DIM>>(
+        p, DecodeRowPartials{splits.part_o, splits.part_lse, splits.num_splits}, stream);
+  });
 }
 
 template <class Tiles, class Mask, class Adapt>
@@ -65,6 +150,13 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
           });
           stage04::launch_merge_splits<HEAD_DIM>(p, part, l.stream);
         });
+      }
+      return;
+    case Path::mixed:
+      if constexpr (SINK_TOKENS) {
+        run_mixed<Tiles, Mask>(p, pk, sink_token_splits(l, pk), l.stream, adapt);
+      } else {
+        run_mixed<Tiles, Mask>(p, pk, plan_splits(l), l.stream, adapt);
       }
       return;
     case Path::invariant:

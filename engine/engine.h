@@ -51,12 +51,14 @@ enum class Path : uint8_t {
   whole_tiles,        // stage 03: one program per (query tile, KV head, request) over its whole context
   splits,             // stage 04: decodes, each context cut into splits, then the merge
   sink_token_splits,  // stage 08: decodes with sink tokens, split 0 the sink tokens, then the window's splits
+  mixed,              // chunks and decodes: 128-row tiles for requests of several queries, the decode tile over
+                      //   splits for the decodes beside them (a dependent launch), then the decodes' merge
   invariant,          // batch-invariant mode (going_further/batch_invariant.cuh): fixed-size splits for decodes, 128-row tiles for the rest
 };
 const char* name(Path path);
 
 struct Options {
-  int num_splits = 0;  // 0: the engine decides (stage 04's rule); 1..64 forces that many splits (decode batches)
+  int num_splits = 0;  // 0: the engine decides (stage 04's rule); 1..64 forces that many splits on the decodes
   int num_sms = 0;     // 0: the current device's SM count
   // Not null: a decode plan takes its split count from the table's entry for
   // its bounds where one serves them (tuned_table.h), stage 04's rule elsewhere.

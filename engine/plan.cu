@@ -80,6 +80,7 @@ const char* name(Path path) {
     case Path::whole_tiles: return "whole tiles";
     case Path::splits: return "splits";
     case Path::sink_token_splits: return "sink-token splits";
+    case Path::mixed: return "mixed";
     case Path::invariant: return "batch-invariant";
   }
   return "?";
@@ -130,14 +131,11 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
 
   const bool decode = p.batch.decode_only;
   const int block = p.kv.block_size;
-  PA_REQUIRE(options.num_splits == 0 || decode,
-             "engine::plan: num_splits " + str(options.num_splits) +
-                 " forces split-KV, which serves decode-only batches; these bounds allow queries of " +
-                 str(b.max_query_len) + " tokens");
-  auto split_plan = [&] {
+  // A tuned table's entries were measured on decode batches: the mixed path keeps the rule.
+  auto split_plan = [&](bool use_table = true) {
     const int num_sms = options.num_sms > 0 ? options.num_sms : stage04::sm_count();
     const TunedEntry* entry =
-        options.tuned ? options.tuned->find(b.num_requests, pl.span_keys, p.num_q_heads / p.kv.num_kv_heads)
+        options.tuned && use_table ? options.tuned->find(b.num_requests, pl.span_keys, p.num_q_heads / p.kv.num_kv_heads)
                       : nullptr;
     pl.tuned = entry != nullptr;
     const stage04::SplitPlan sp = entry ? tuned_split_plan(pl.span_keys, block, entry->num_splits)
@@ -168,13 +166,19 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
     pl.num_splits = sp.num_splits;
     pl.keys_per_split = sp.blocks_per_split * block;
   } else {
-    pl.path = Path::whole_tiles;
+    // Chunks and decodes: the decodes' splits (and sink-token split) as a
+    // decode batch of the same bounds would get them, partials by request.
+    const stage04::SplitPlan sp = split_plan(false);
+    pl.path = Path::mixed;
+    pl.num_splits = (p.sink_tokens > 0 ? 1 : 0) + sp.num_splits;
+    pl.keys_per_split = sp.blocks_per_split * block;
+    rows = static_cast<size_t>(b.num_requests);
   }
   if (pl.path == Path::whole_tiles) {
     pl.num_splits = 1;
     pl.keys_per_split = 0;
   }
-  const bool partials = pl.path == Path::invariant || pl.num_splits > 1;
+  const bool partials = pl.path == Path::invariant || pl.path == Path::mixed || pl.num_splits > 1;
   if (partials) {
     pl.part_lse_floats = static_cast<size_t>(pl.num_splits) * rows * p.num_q_heads;
     pl.part_o_floats = pl.part_lse_floats * p.kv.head_dim;

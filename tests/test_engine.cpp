@@ -77,6 +77,17 @@ std::vector<EngineCase> engine_cases() {
     cases.push_back({{n + "Sinks_SinkTokens4_Window17_Prefill", with(config(8, 2, 64, 16), f, 17, 4, true),
                       {{5, 57}, {24, 107}, {37, 37}, {1, 20}, {0, 0}}}});
     cases.push_back({{n + "SinkTokens4_NoWindow_Milestone", with(g4, f, 0, 4), milestone_requests()}});
+    // Chunks beside decodes with forced split counts (the mixed path), with a
+    // window, learned sinks and sink tokens, and padding rows.
+    cases.push_back({{n + "Mixed_Splits3", with(g4, f), random_mixed_requests(5, 8, 300),
+                      BuildOptions{.seed = 5, .padding_rows = 2}},
+                     3});
+    cases.push_back({{n + "Mixed_Group16_D96_Splits5", with(config(32, 2, 96, 16), f),
+                      {{1, 70}, {9, 200}, {1, 1}, {33, 33}, {1, 333}, {0, 12}}},
+                     5});
+    cases.push_back({{n + "Mixed_Sinks_SinkTokens4_Window16_Splits3", with(config(8, 2, 64, 16), f, 16, 4, true),
+                      {{1, 10}, {7, 57}, {1, 17}, {24, 24}, {1, 300}}},
+                     3});
     // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
     cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
     cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
@@ -279,14 +290,34 @@ TEST(EnginePlan, DecodeBoundsSplitAndSizeTheWorkspace) {
   EXPECT_EQ(pl.part_lse_floats, size_t{5} * p.meta.num_tokens * 8);
   EXPECT_EQ(pl.part_o_floats, pl.part_lse_floats * 128);
   EXPECT_GE(pl.workspace_bytes, (pl.part_o_floats + pl.part_lse_floats) * sizeof(float));
-  // A plan that needs no partials asks for no workspace, and runs with none.
-  const Problem m = make_problem(config(8, 2, 128, 16), milestone_requests());
-  DeviceBatch dm(m);
-  const engine::Plan whole = plan_for(dm, engine::bounds_of(dm.params().batch));
+  // A plan that needs no partials asks for no workspace, and runs with none:
+  // decodes on a GPU of one SM get one split, the decode tile over each context.
+  const engine::Plan whole = engine::plan(db.params(), engine::bounds_of(db.params().batch), {.num_sms = 1});
   EXPECT_EQ(whole.path, engine::Path::whole_tiles) << whole.describe();
   EXPECT_EQ(whole.workspace_bytes, 0u);
-  engine::run(whole, dm.params(), nullptr, 0);
-  expect_device_matches_oracle(m, dm, "milestone with no workspace", reference_attention(m));
+  engine::run(whole, db.params(), nullptr, 0);
+  expect_device_matches_oracle(p, db, "decodes with no workspace", reference_attention(p));
+}
+
+// Chunks and decodes in one batch: the chunks on 128-row tiles, the decodes on
+// the decode tile over splits, their partials by request (a chunk's tokens take
+// no room), whatever the split count.
+TEST(EnginePlan, MixedBoundsSplitTheDecodesOnly) {
+  const Problem m = make_problem(config(8, 2, 128, 16), milestone_requests(), {.padding_rows = 3});
+  DeviceBatch dm(m);
+  for (int splits : {kAuto, 1, 4}) {
+    const engine::Plan pl = plan_for(dm, engine::bounds_of(dm.params().batch), splits);
+    EXPECT_EQ(pl.path, engine::Path::mixed) << pl.describe();
+    if (splits != kAuto) EXPECT_EQ(pl.num_splits, splits) << pl.describe();
+    // num_splits x 5 requests x 8 heads, however many tokens the chunks have.
+    EXPECT_EQ(pl.part_lse_floats, size_t(pl.num_splits) * 5 * 8) << pl.describe();
+    EXPECT_EQ(pl.part_o_floats, pl.part_lse_floats * 128);
+    DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
+    engine::run(pl, dm.params(), ws.data(), pl.workspace_bytes);
+    const std::string label = "milestone, " + pl.describe();
+    expect_device_matches_oracle(m, dm, label, reference_attention(m));
+    expect_padding_rows_exact_zero(m, dm, label + ": ");
+  }
 }
 
 TEST(EnginePlan, RefusesWhatItWasNotMadeFor) {
@@ -317,7 +348,6 @@ TEST(EnginePlan, RefusesBadOptionsAndBounds) {
   const Problem p = make_problem(config(8, 2, 64, 16), milestone_requests());
   DeviceBatch db(p);
   const engine::Bounds b = engine::bounds_of(db.params().batch);
-  expect_error([&] { plan_for(db, b, 3); }, "serves decode-only batches");
   expect_error([&] { plan_for(db, b, 65); }, "num_splits 65 is outside");
   engine::Bounds bad = b;
   bad.max_seq_len = b.max_query_len - 1;
