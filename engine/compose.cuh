@@ -68,36 +68,6 @@ struct DecodesBesideChunks : further::InvariantSplits<Inner> {
   static constexpr bool AFTER_PRIOR_GRID = true;
 };
 
-// The decode rows' partials as the merge reads them: the layout of
-// DecodesBesideChunks, a row only for requests with exactly one query (the
-// chunks' rows are launch 1's), merged over MERGE_LANES split lanes like stage 04's.
-struct DecodeRowPartials {
-  const float* part_o;    // [num_splits, num_requests, Hq, head_dim]
-  const float* part_lse;  // [num_splits, num_requests, Hq]
-  int num_splits;
-
-  struct Row : MergeRow {
-    size_t part_row0;  // r * Hq + h: the row's partial in split 0
-  };
-
-  __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
-    const int token = p.batch.query_start_loc[r];
-    const bool decode = p.batch.query_start_loc[r + 1] - token == 1;
-    return {{decode, static_cast<size_t>(token) * p.num_q_heads + h}, static_cast<size_t>(r) * p.num_q_heads + h};
-  }
-
-  __device__ __forceinline__ int num_partials() const { return num_splits; }
-
-  __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int split,
-                                                     const MergeChunk& chunk) const {
-    const size_t part_row = split * static_cast<size_t>(p.batch.num_requests) * p.num_q_heads + row.part_row0;
-    float o[4];
-    chunk.load(part_o + part_row * p.kv.head_dim, o);
-    return SoftmaxState<4>::partial(part_lse[part_row], o);
-  }
-};
-static_assert(PartialSource<DecodeRowPartials>);
-
 template <class Tiles, class Mask, Slice SplitSlice, class Adapt>
 void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits, cudaStream_t stream,
                const Adapt& adapt) {
@@ -117,8 +87,10 @@ void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const Split
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
       Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
     });
+    // The invariant mode's source reads this layout (decode rows only); no fixed
+    // fold is needed here, so it runs over stage 04's split lanes.
     launch_merge_dependent<HEAD_DIM, stage04::MERGE_LANES<HEAD_DIM>>(
-        p, DecodeRowPartials{splits.part_o, splits.part_lse, splits.num_splits}, stream);
+        p, further::InvariantPartials{splits.part_o, splits.part_lse, splits.num_splits}, stream);
   });
 }
 
