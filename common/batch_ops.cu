@@ -136,6 +136,9 @@ void clear_padding_rows(const AttentionParams& p, cudaStream_t stream) {
 
 void write_kv(const PagedKV& kv, const bf16* k_new, const bf16* v_new, const int* slot_mapping,
               int num_tokens, cudaStream_t stream) {
+  PA_REQUIRE(!is_quantized(kv.format), std::string("write_kv: the cache format is ") + name(kv.format) +
+                                           ", which stores codes and scales; use write_kv_quantized");
+  PA_REQUIRE(num_tokens == 0 || (kv.k_cache && kv.v_cache), "write_kv: a bf16 cache needs k_cache and v_cache");
   launch(write_kv_kernel, dim3(num_tokens), dim3(128), 0, stream, kv, k_new, v_new, slot_mapping);
 }
 

@@ -365,9 +365,9 @@ TEST(EnginePlan, RefusesBadOptionsAndBounds) {
 
 // ---- a decode step in a CUDA graph -----------------------------------------------
 
-// `full` with every request's context cut to lens[r] (its decode at position
-// lens[r] - 1): the same queries, new K/V and tables; the cache as the device
-// holds it after the previous steps wrote their tokens.
+// `full` with every request's context cut to lens[r] (its q_len queries at the
+// last q_len positions of lens[r]): the same queries, new K/V and tables; the
+// cache as the device holds it after the previous steps wrote their tokens.
 Problem at_lengths(const Problem& full, const std::vector<int>& lens) {
   Problem p = full;
   BatchMeta& m = p.meta;
@@ -376,8 +376,11 @@ Problem at_lengths(const Problem& full, const std::vector<int>& lens) {
   for (int r = 0; r < m.num_requests(); ++r) {
     m.seq_lens[r] = lens[r];
     m.max_seq_len = std::max(m.max_seq_len, lens[r]);
-    const int pos = lens[r] - 1;
-    m.slot_mapping[m.query_start_loc[r]] = m.block_id(r, pos, bs) * bs + pos % bs;
+    const int q_len = m.query_start_loc[r + 1] - m.query_start_loc[r];
+    for (int i = 0; i < q_len; ++i) {
+      const int pos = lens[r] - q_len + i;
+      m.slot_mapping[m.query_start_loc[r] + i] = m.block_id(r, pos, bs) * bs + pos % bs;
+    }
   }
   return p;
 }
@@ -393,13 +396,16 @@ void write_new_tokens(Problem& p) {
   }
 }
 
-void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits) {
+// q_lens: each request's queries per step (1: a decode; more: a prefill chunk,
+// which makes the plan's bounds those of a mixed batch).
+void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits,
+                                const std::vector<int>& q_lens = {1, 1, 1, 1}) {
   // The last step's lengths; the earlier steps are shorter by `back` positions,
   // crossing block boundaries (16) and split boundaries on the way.
   const std::vector<int> final_lens = {300, 70, 130, 33};
   const std::vector<int> back = {30, 17, 16, 1, 0};
   std::vector<RequestShape> shapes;
-  for (int len : final_lens) shapes.push_back({1, len});
+  for (size_t r = 0; r < final_lens.size(); ++r) shapes.push_back({q_lens[r], final_lens[r]});
   const Problem full = make_problem(cfg, shapes, BuildOptions{.seed = 21, .padding_rows = 2});
   DeviceBatch db(full);
   db.set_checked(false);  // a checked launch synchronises: it cannot be captured
@@ -500,6 +506,13 @@ TEST(EngineGraph, CascadeStepReplays_SuffixBesidePrefix) { expect_cascade_graph_
 
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Splits3) { expect_graph_replays_match(config(8, 2, 128, 16), 3); }
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Auto) { expect_graph_replays_match(config(32, 8, 128, 16), kAuto); }
+// A chunk beside the decodes: the mixed path's dependent launch and merge in the graph.
+TEST(EngineGraph, MixedStepReplaysAsContextsGrow_Splits3) {
+  expect_graph_replays_match(config(8, 2, 128, 16), 3, {1, 9, 1, 2});
+}
+TEST(EngineGraph, MixedStepReplaysAsContextsGrow_Group3_D64_Auto) {
+  expect_graph_replays_match(config(6, 2, 64, 16), kAuto, {1, 1, 17, 1});
+}
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_SinksWindow) {
   expect_graph_replays_match(with(config(8, 2, 64, 16), KvFormat::bf16, 40, 4, true), 2);
 }

@@ -294,6 +294,17 @@ TEST(QuantWritePath, RejectsBf16Cache) {
                "the cache format is bf16");
 }
 
+// The bf16 write on an 8-bit cache would store bf16 rows through its null
+// k_cache: refused before the launch, naming the right function.
+TEST(QuantWritePath, Bf16WriteRejectsEightBitCache) {
+  for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+    const Problem p = make_problem(quant_config(f), {{1, 3}});
+    DeviceBatch db(p);
+    expect_error([&] { write_kv(db.params().kv, db.k_new.data(), db.v_new.data(), db.slot_mapping.data(), 1); },
+                 "use write_kv_quantized");
+  }
+}
+
 // Benchmarks build without host values: the device fills every slot through the
 // write path, so every scale is a real, positive number.
 TEST(QuantWritePath, DeviceFilledCacheHasValidCodesEverywhere) {
