@@ -34,6 +34,17 @@ Backend::Step engine_step(const Problem&, DeviceBatch& db, const std::vector<Pre
 Backend engine_backend(std::string name, std::function<void(AttentionConfig&)> configure = nullptr) {
   return Backend{std::move(name), always, nullptr, std::move(configure), engine_step};
 }
+// The engine's work list (Options::work_list): decodes cut by their own lengths.
+std::string work_list_serves(const Problem& p) {
+  return p.meta.decode_only ? std::string() : "the work list serves decode-only batches";
+}
+Backend::Step work_list_step(const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+  const AttentionParams params = db.params();
+  auto plan = std::make_shared<engine::Plan>(
+      engine::plan(params, engine::bounds_of(params.batch), engine::Options{.work_list = true}));
+  auto workspace = std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes);
+  return [plan, workspace, params] { engine::run(*plan, params, workspace->data(), plan->workspace_bytes); };
+}
 }  // namespace
 
 const std::vector<Backend>& backends() {
@@ -85,6 +96,8 @@ const std::vector<Backend>& backends() {
                        c.window = kSinkWindow;
                        c.sink_tokens = kSinkTokens;
                      }),
+      // Not yet the default plan: the skewed decode batch is what it is for.
+      {"engine_work_list", work_list_serves, nullptr, nullptr, work_list_step},
 #if PA_HAVE_CUDNN
       // The vendor's answer: cuDNN's fused attention on the same paged cache,
       // read in place (bench/vendor_cudnn.h). Its graph is built per batch

@@ -72,6 +72,8 @@ template <class S>
 concept DeclaresServes = requires { &S::serves; };
 template <class S>
 concept DeclaresAfterPriorGrid = requires { S::AFTER_PRIOR_GRID; };
+template <class S>
+concept DeclaresRequest = requires { &S::request; };
 
 template <class S>
 concept Slice =
@@ -94,6 +96,10 @@ concept Slice =
     (!DeclaresAfterPriorGrid<S> || requires {
       requires std::same_as<decltype(S::AFTER_PRIOR_GRID), const bool>;
       typename std::bool_constant<S::AFTER_PRIOR_GRID>;
+    }) &&
+    // Optional: int request(), the request this program serves (request_of below).
+    (!DeclaresRequest<S> || requires(const S& s) {
+      { s.request() } -> std::same_as<int>;
     });
 
 // Whether the program of a request with q_len queries runs at all: a Slice
@@ -105,6 +111,18 @@ __device__ __forceinline__ bool serves(const S& slice, int q_len) {
     return slice.serves(q_len);
   } else {
     return true;
+  }
+}
+
+// The request a program serves: blockIdx.z (the grids of stages 03-08 have one
+// z per request), unless the Slice maps its programs to requests itself (the
+// engine's work list, whose flat grid of items spans all requests).
+template <Slice S>
+__device__ __forceinline__ int request_of(const S& slice) {
+  if constexpr (DeclaresRequest<S>) {
+    return slice.request();
+  } else {
+    return static_cast<int>(blockIdx.z);
   }
 }
 

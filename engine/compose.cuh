@@ -94,6 +94,175 @@ void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const Split
   });
 }
 
+// ---- The work list: decodes cut by their own lengths, on a flat grid of items.
+//
+// Stage 04 gives every request of a batch the same split count, from the
+// plan's bounds; a 32768-key context beside 63 of 512 then runs unsplit while
+// the short ones finish. Here each program works out, from the batch's lengths
+// on the device, which item it is: with T items a wave holds per KV head and
+// K = max(min_keys, ceil(total keys / T)) rounded up to a block, request r
+// gets n_r = max(1, seq_len_r / K) items of ~seq_len_r / n_r keys each. Then
+// sum n_r <= T + num_requests whatever the lengths, so the plan sizes the
+// grid from its bounds; the items past sum n_r are idle (no key, nothing merged).
+
+struct WorkItem {
+  int request;  // the request the item belongs to (0 for an idle item, which reads no key)
+  int index;    // its place among the request's items; -1: idle
+  int count;    // the request's items
+  int keys;     // keys of each of them (a multiple of the block size; the last may hold fewer)
+};
+
+struct WorkList {
+  int items_per_wave;  // T
+  int min_keys;        // a multiple of the block size
+  int block_size;
+
+  __device__ __forceinline__ static bool is_decode(const AttentionParams& p, int r) {
+    return p.batch.query_start_loc[r + 1] - p.batch.query_start_loc[r] == 1;
+  }
+
+  // K: the keys per item this batch's lengths give.
+  __device__ __forceinline__ int item_keys(const AttentionParams& p) const {
+    long long total = 0;
+    for (int r = 0; r < p.batch.num_requests; ++r) {
+      if (is_decode(p, r)) total += p.batch.seq_lens[r];
+    }
+    const long long per_item = (total + items_per_wave - 1) / items_per_wave;
+    const long long k = per_item > min_keys ? per_item : min_keys;
+    return static_cast<int>((k + block_size - 1) / block_size * block_size);
+  }
+
+  // Request r's items over seq_len keys at k keys an item, and their length.
+  __device__ __forceinline__ void cut(int seq_len, int k, int& count, int& keys) const {
+    count = max(1, seq_len / k);
+    const int per = (seq_len + count - 1) / count;
+    keys = (per + block_size - 1) / block_size * block_size;
+  }
+
+  // Item `item` of the flat list (requests in order, each its n_r items).
+  __device__ __forceinline__ WorkItem item_at(const AttentionParams& p, int item) const {
+    const int k = item_keys(p);
+    int first = 0;
+    for (int r = 0; r < p.batch.num_requests; ++r) {
+      if (!is_decode(p, r)) continue;
+      int count, keys;
+      cut(p.batch.seq_lens[r], k, count, keys);
+      if (item < first + count) return {r, item - first, count, keys};
+      first += count;
+    }
+    return {0, -1, 0, 0};
+  }
+
+  // Request r's first item (and its count).
+  __device__ __forceinline__ WorkItem first_item(const AttentionParams& p, int r, int& first) const {
+    const int k = item_keys(p);
+    first = 0;
+    for (int s = 0; s < r; ++s) {
+      if (!is_decode(p, s)) continue;
+      int count, keys;
+      cut(p.batch.seq_lens[s], k, count, keys);
+      first += count;
+    }
+    int count = 0, keys = 0;
+    if (is_decode(p, r)) cut(p.batch.seq_lens[r], k, count, keys);
+    return {r, 0, count, keys};
+  }
+};
+
+// The tile's Slice: program (item blockIdx.x, KV head blockIdx.y) over its keys,
+// its finished rows as partials at its item: part_o [items, Hq, head_dim],
+// part_lse [items, Hq].
+struct WorkListSplits : WorkList {
+  float* part_o;
+  float* part_lse;
+
+  __device__ __forceinline__ int query_tile() const { return 0; }
+  __device__ __forceinline__ int request() const { return item_at(current_params(), blockIdx.x).request; }
+  __device__ __forceinline__ bool serves(int q_len) const { return q_len == 1; }
+
+  __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
+    const WorkItem it = item_at(current_params(), blockIdx.x);
+    if (it.index < 0) return {0, 0};  // idle: no key, an empty partial nobody merges
+    const int begin = tile_kv_begin + it.index * it.keys;
+    return {begin, min(tile_kv_end, begin + it.keys)};
+  }
+
+  template <int O_TILES>
+  __device__ __forceinline__ void store_row(const AttentionParams& p, size_t q_row, const float (&o)[O_TILES][4],
+                                            int half, int t4, float inv_l, float lse) const {
+    const size_t part_row = static_cast<size_t>(blockIdx.x) * p.num_q_heads + q_row % p.num_q_heads;
+    stage04::store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
+  }
+
+  // The Slice's methods get no AttentionParams; the batch's lengths come with the Slice.
+  AttentionParams params;
+  __device__ __forceinline__ const AttentionParams& current_params() const { return params; }
+};
+static_assert(Slice<WorkListSplits>);
+
+// The items' partials as the merge reads them: row (r, h) merges r's n_r items
+// (the loop runs to the plan's item bound; the slots past n_r are empty states,
+// never read).
+struct WorkListPartials : WorkList {
+  const float* part_o;    // [items, Hq, head_dim]
+  const float* part_lse;  // [items, Hq]
+  int num_items;
+
+  struct Row : MergeRow {
+    size_t part_row0;  // first item * Hq + h
+    int count;
+  };
+
+  __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
+    int first = 0;
+    const WorkItem it = first_item(p, r, first);
+    const size_t token = p.batch.query_start_loc[r];
+    return {{it.count > 0, token * p.num_q_heads + h}, static_cast<size_t>(first) * p.num_q_heads + h, it.count};
+  }
+
+  __device__ __forceinline__ int num_partials() const { return num_items; }
+
+  __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int i,
+                                                     const MergeChunk& chunk) const {
+    SoftmaxState<4> s;
+    if (i >= row.count) {
+      s.init();
+      return s;
+    }
+    const size_t part_row = row.part_row0 + static_cast<size_t>(i) * p.num_q_heads;
+    float o[4];
+    chunk.load(part_o + part_row * p.kv.head_dim, o);
+    return SoftmaxState<4>::partial(part_lse[part_row], o);
+  }
+};
+static_assert(PartialSource<WorkListPartials>);
+
+template <class Tiles, class Mask, class Adapt>
+void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
+  const AttentionParams& p = l.p;
+  PA_REQUIRE(!l.plan.sinks && p.window == 0, "engine: the work list serves causal decodes without sinks");
+  if (p.batch.num_requests == 0) return;
+  const WorkList list{l.plan.items_per_wave, l.plan.keys_per_split, p.kv.block_size};
+  WorkListSplits splits;
+  static_cast<WorkList&>(splits) = list;
+  splits.part_o = l.part_o;
+  splits.part_lse = l.part_lse;
+  splits.params = p;
+  const auto slice = adapt(splits);
+  const dim3 grid(l.plan.num_splits, p.kv.num_kv_heads, 1);
+  stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+    stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
+      Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, l.stream);
+    });
+    WorkListPartials src;
+    static_cast<WorkList&>(src) = list;
+    src.part_o = l.part_o;
+    src.part_lse = l.part_lse;
+    src.num_items = l.plan.num_splits;
+    launch_merge_dependent<HEAD_DIM, stage04::MERGE_LANES<HEAD_DIM>>(p, src, l.stream);
+  });
+}
+
 template <class Tiles, class Mask, class Adapt>
 void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
   const AttentionParams& p = l.p;
@@ -130,6 +299,9 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
       } else {
         run_mixed<Tiles, Mask>(p, pk, plan_splits(l), l.stream, adapt);
       }
+      return;
+    case Path::work_list:
+      if constexpr (std::is_same_v<Mask, stage03::CausalMask>) run_work_list<Tiles, Mask>(l, pk, adapt);
       return;
     case Path::invariant:
       further::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);

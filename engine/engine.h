@@ -53,6 +53,8 @@ enum class Path : uint8_t {
   sink_token_splits,  // stage 08: decodes with sink tokens, split 0 the sink tokens, then the window's splits
   mixed,              // chunks and decodes: 128-row tiles for requests of several queries, the decode tile over
                       //   splits for the decodes beside them (a dependent launch), then the decodes' merge
+  work_list,          // decodes (Options::work_list): a flat grid of items of balanced length over all requests,
+                      //   each context cut by its own length, then the merge
   invariant,          // batch-invariant mode (going_further/batch_invariant.cuh): fixed-size splits for decodes, 128-row tiles for the rest
 };
 const char* name(Path path);
@@ -66,6 +68,11 @@ struct Options {
   // The table's shape must be the layer's, and num_splits must be 0.
   // Batch-invariant plans ignore it (their splits never depend on the batch).
   const TunedTable* tuned = nullptr;
+  // Decode batches: cut each context into items by its own length (a long
+  // context beside short ones gets many, a short one one) instead of one split
+  // count for every request. Causal decodes without sinks, windows or sink
+  // tokens, and not with num_splits, a tuned table or batch-invariant mode.
+  bool work_list = false;
 };
 
 // Made by plan(), read by run(). Plain data: copy it, keep it beside the workspace.
@@ -81,10 +88,11 @@ struct Plan {
 
   Path path = Path::whole_tiles;
   int num_splits = 1;       // split programs per (KV head, request), the sink tokens' split included
-  int keys_per_split = 0;   // keys of each split after the leading one(s)
+  int keys_per_split = 0;   // keys of each split after the leading one(s); work list: the fewest keys of an item
+  int items_per_wave = 0;   // work list: the items one wave of programs holds per KV head
   int span_keys = 0;        // the most keys a request reads (its context, or its window)
   bool tuned = false;       // num_splits came from Options::tuned's table, not from stage 04's rule
-  size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D]
+  size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D] (work list: rows 1)
   size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
   size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace
 

@@ -81,6 +81,7 @@ const char* name(Path path) {
     case Path::splits: return "splits";
     case Path::sink_token_splits: return "sink-token splits";
     case Path::mixed: return "mixed";
+    case Path::work_list: return "work list";
     case Path::invariant: return "batch-invariant";
   }
   return "?";
@@ -88,7 +89,10 @@ const char* name(Path path) {
 
 std::string Plan::describe() const {
   std::string s = name(path);
-  if (path != Path::whole_tiles) {
+  if (path == Path::work_list) {
+    s += " of up to " + std::to_string(num_splits) + " items (" + std::to_string(items_per_wave) +
+         " a wave per KV head, >= " + std::to_string(keys_per_split) + " keys each)";
+  } else if (path != Path::whole_tiles) {
     s += " x" + std::to_string(num_splits) + " (" + std::to_string(keys_per_split) + " keys each)";
   }
   s += std::string(", ") + pa::name(format);
@@ -147,7 +151,22 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
   };
 
   size_t rows = static_cast<size_t>(b.num_tokens);  // partial rows per split: by token, or by request
-  if (p.batch_invariant) {
+  if (options.work_list) {
+    const std::string why = "engine::plan: the work list serves causal decode batches ";
+    PA_REQUIRE(decode, why + "(every q_len <= 1); these bounds allow queries of " + str(b.max_query_len) + " tokens");
+    PA_REQUIRE(p.window == 0 && p.sink_tokens == 0 && p.sinks == nullptr,
+               why + "without a window, sink tokens or learned sinks (they keep their split paths)");
+    PA_REQUIRE(!p.batch_invariant, why + "outside batch-invariant mode, whose splits are fixed in keys");
+    PA_REQUIRE(options.num_splits == 0 && options.tuned == nullptr,
+               why + "with its own cut: num_splits must be 0 and no tuned table given");
+    const int num_sms = options.num_sms > 0 ? options.num_sms : stage04::sm_count();
+    pl.path = Path::work_list;
+    pl.items_per_wave = std::max(1, stage04::programs_per_sm(p) * num_sms / p.kv.num_kv_heads);
+    // At most items_per_wave + num_requests items (engine/compose.cuh: work_item).
+    pl.num_splits = pl.items_per_wave + b.num_requests;
+    pl.keys_per_split = std::max(block, stage04::MIN_KEYS_PER_SPLIT / block * block);
+    rows = 1;
+  } else if (p.batch_invariant) {
     PA_REQUIRE(options.num_splits == 0, "engine::plan: batch-invariant mode cuts every context into splits of " +
                                             str(further::INVARIANT_KEYS_PER_SPLIT) +
                                             " keys whatever the batch; num_splits must be 0 (automatic)");
@@ -178,7 +197,8 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
     pl.num_splits = 1;
     pl.keys_per_split = 0;
   }
-  const bool partials = pl.path == Path::invariant || pl.path == Path::mixed || pl.num_splits > 1;
+  const bool partials =
+      pl.path == Path::invariant || pl.path == Path::mixed || pl.path == Path::work_list || pl.num_splits > 1;
   if (partials) {
     pl.part_lse_floats = static_cast<size_t>(pl.num_splits) * rows * p.num_q_heads;
     pl.part_o_floats = pl.part_lse_floats * p.kv.head_dim;

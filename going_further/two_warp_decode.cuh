@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   allow_dependent_grid();
 
   stage03::QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile()) || !serves(slice, qt.q_len)) return;
+  if (!qt.init<T>(p, pk, slice.query_tile(), request_of(slice)) || !serves(slice, qt.q_len)) return;
   stage03::load_q_tile<T>(q_s, p, pk, qt);
   const stage03::WarpKeys wk = stage03::warp_keys(qt, pk, 0);
   const stage03::KeyRange keys = slice.key_range(M::first_key(p, pk, qt.pos0 + qt.tile_first), wk.tile_kv_end);

@@ -33,12 +33,15 @@ struct EngineCase {
   Case c;
   int num_splits = kAuto;
   bool batch_invariant = false;
+  bool work_list = false;  // Options::work_list
+  int num_sms = 0;         // Options::num_sms (0: the device's)
 };
 
 std::string engine_case_name(const testing::TestParamInfo<EngineCase>& info) { return info.param.c.name; }
 void PrintTo(const EngineCase& k, std::ostream* os) {
   *os << k.c.name << " (" << k.c.cfg.describe() << ", num_splits " << k.num_splits
-      << (k.batch_invariant ? ", batch-invariant" : "") << ")";
+      << (k.batch_invariant ? ", batch-invariant" : "") << (k.work_list ? ", work list" : "")
+      << (k.num_sms ? ", " + std::to_string(k.num_sms) + " SMs" : "") << ")";
 }
 
 AttentionConfig with(AttentionConfig c, KvFormat f, int window = 0, int sink_tokens = 0, bool sinks = false) {
@@ -88,6 +91,23 @@ std::vector<EngineCase> engine_cases() {
     cases.push_back({{n + "Mixed_Sinks_SinkTokens4_Window16_Splits3", with(config(8, 2, 64, 16), f, 16, 4, true),
                       {{1, 10}, {7, 57}, {1, 17}, {24, 24}, {1, 300}}},
                      3});
+    // The work list: each decode cut by its own length. A long context beside
+    // short ones (many items against one), heads and group sizes of every
+    // tile (the 128-row tile for groups above 16), block size 1, requests
+    // without queries, padding rows; with one SM the item count, not the
+    // minimum item length, bounds the cut.
+    auto wl = [&](const std::string& name, AttentionConfig cfg, std::vector<RequestShape> req, int sms = 0) {
+      EngineCase e{{n + "WorkList_" + name, with(cfg, f), std::move(req), BuildOptions{.seed = 9, .padding_rows = 2}}};
+      e.work_list = true;
+      e.num_sms = sms;
+      cases.push_back(e);
+    };
+    wl("Ragged_LongBesideShort", g4, {{1, 70}, {1, 3000}, {1, 1}, {1, 33}, {1, 130}});
+    wl("Group3_D64_Block1_Skewed", config(6, 2, 64, 1), {{1, 2500}, {1, 20}, {1, 21}, {0, 0}, {1, 1}, {1, 300}});
+    wl("Group16_D96", config(32, 2, 96, 16), {{1, 700}, {1, 5000}, {1, 16}});
+    wl("Group24_D128_PrefillTile", config(48, 2, 128, 16), {{1, 1200}, {1, 40}});
+    wl("D256", config(8, 2, 256, 16), {{1, 1500}, {1, 1}, {1, 257}});
+    wl("OneSm_ItemBound", g4, {{1, 3000}, {1, 900}, {1, 33}, {1, 2}}, 1);
     // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
     cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
     cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
@@ -109,7 +129,8 @@ TEST_P(Engine, MatchesOracle) {
   const Problem p = make_problem(k.c.cfg, k.c.requests, k.c.opt);
   DeviceBatch db(p);
   db.set_batch_invariant(k.batch_invariant);
-  engine::forward(db.params(), nullptr, engine::Options{.num_splits = k.num_splits});
+  engine::forward(db.params(), nullptr,
+                  engine::Options{.num_splits = k.num_splits, .num_sms = k.num_sms, .work_list = k.work_list});
   expect_device_matches_oracle(p, db, "case " + k.c.name, reference_attention(p));
   if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, "case " + k.c.name + ": ");
 }
@@ -363,6 +384,33 @@ TEST(EnginePlan, RefusesBadOptionsAndBounds) {
                "num_splits must be 0");
 }
 
+// The work list's grid is sized from the bounds alone: at most T + R items per
+// KV head (T = the items a wave holds), partials by item; and it serves only
+// what it is made for.
+TEST(EnginePlan, WorkListSizesItsGridFromTheBounds) {
+  const Problem p = make_problem(config(8, 2, 128, 16), ragged_decodes());
+  DeviceBatch db(p);
+  const engine::Bounds b = engine::bounds_of(db.params().batch);
+  const engine::Plan pl = engine::plan(db.params(), b, {.num_sms = 10, .work_list = true});
+  EXPECT_EQ(pl.path, engine::Path::work_list) << pl.describe();
+  EXPECT_EQ(pl.items_per_wave, 4 * 10 / 2) << "4 decode programs an SM, 10 SMs, 2 KV heads";
+  EXPECT_EQ(pl.num_splits, pl.items_per_wave + 4) << pl.describe();
+  EXPECT_EQ(pl.part_lse_floats, size_t(pl.num_splits) * 8);
+  EXPECT_EQ(pl.part_o_floats, pl.part_lse_floats * 128);
+  const engine::Options wl{.work_list = true};
+  const Problem m = make_problem(config(8, 2, 64, 16), milestone_requests());
+  DeviceBatch dm(m);
+  expect_error([&] { engine::plan(dm.params(), engine::bounds_of(dm.params().batch), wl); },
+               "the work list serves causal decode batches (every q_len <= 1)");
+  AttentionParams windowed = db.params();
+  windowed.window = 64;
+  expect_error([&] { engine::plan(windowed, b, wl); }, "without a window, sink tokens or learned sinks");
+  AttentionParams invariant = db.params();
+  invariant.batch_invariant = true;
+  expect_error([&] { engine::plan(invariant, b, wl); }, "outside batch-invariant mode");
+  expect_error([&] { engine::plan(db.params(), b, {.num_splits = 3, .work_list = true}); }, "num_splits must be 0");
+}
+
 // ---- a decode step in a CUDA graph -----------------------------------------------
 
 // `full` with every request's context cut to lens[r] (its q_len queries at the
@@ -399,10 +447,11 @@ void write_new_tokens(Problem& p) {
 // q_lens: each request's queries per step (1: a decode; more: a prefill chunk,
 // which makes the plan's bounds those of a mixed batch).
 void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits,
-                                const std::vector<int>& q_lens = {1, 1, 1, 1}) {
+                                const std::vector<int>& q_lens = {1, 1, 1, 1}, bool work_list = false) {
   // The last step's lengths; the earlier steps are shorter by `back` positions,
   // crossing block boundaries (16) and split boundaries on the way.
-  const std::vector<int> final_lens = {300, 70, 130, 33};
+  // (The work list's items are >= 256 keys: longer contexts, so that they cut into several.)
+  const std::vector<int> final_lens = work_list ? std::vector<int>{1300, 70, 530, 33} : std::vector<int>{300, 70, 130, 33};
   const std::vector<int> back = {30, 17, 16, 1, 0};
   std::vector<RequestShape> shapes;
   for (size_t r = 0; r < final_lens.size(); ++r) shapes.push_back({q_lens[r], final_lens[r]});
@@ -410,7 +459,8 @@ void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits,
   DeviceBatch db(full);
   db.set_checked(false);  // a checked launch synchronises: it cannot be captured
   const AttentionParams params = db.params();
-  const engine::Plan pl = engine::plan(params, engine::bounds_of(params.batch), engine::Options{.num_splits = num_splits});
+  const engine::Plan pl = engine::plan(params, engine::bounds_of(params.batch),
+                                       engine::Options{.num_splits = num_splits, .work_list = work_list});
   DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
   cudaStream_t stream;
   PA_CHECK(cudaStreamCreate(&stream));
@@ -507,6 +557,10 @@ TEST(EngineGraph, CascadeStepReplays_SuffixBesidePrefix) { expect_cascade_graph_
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Splits3) { expect_graph_replays_match(config(8, 2, 128, 16), 3); }
 TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_Auto) { expect_graph_replays_match(config(32, 8, 128, 16), kAuto); }
 // A chunk beside the decodes: the mixed path's dependent launch and merge in the graph.
+// The work list's cut follows the lengths the device holds at each replay.
+TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_WorkList) {
+  expect_graph_replays_match(config(8, 2, 128, 16), kAuto, {1, 1, 1, 1}, true);
+}
 TEST(EngineGraph, MixedStepReplaysAsContextsGrow_Splits3) {
   expect_graph_replays_match(config(8, 2, 128, 16), 3, {1, 9, 1, 2});
 }

@@ -56,12 +56,15 @@ struct ServesAnInt : WholeContext {
 struct AfterPriorGridAtRunTime : WholeContext {
   static const bool AFTER_PRIOR_GRID;  // not a constant: launch_for_slice could not choose a launch
 };
+struct RequestAsPointer : WholeContext {  // request() must name an int
+  __device__ const int* request() const;
+};
 struct OwnsMemory : WholeContext {
   std::vector<int> rows;  // a kernel argument is copied byte for byte
 };
 static_assert(Slice<WholeContext>);
 static_assert(!Slice<StoreRowWithoutLse> && !Slice<KeyRangeAsPair> && !Slice<ServesABatch> && !Slice<ServesAnInt> &&
-              !Slice<AfterPriorGridAtRunTime> && !Slice<OwnsMemory>);
+              !Slice<AfterPriorGridAtRunTime> && !Slice<RequestAsPointer> && !Slice<OwnsMemory>);
 
 // ---- after_prior_grid: false unless a Slice declares it.
 struct AfterPriorGrid : WholeContext {
@@ -183,6 +186,30 @@ TEST(TileContract, ServesIsTheSlicesOwnWhereItHasOne) {
   // An adapter that wraps the Slice keeps its serves().
   EXPECT_EQ(served(stage08::AddSinks{nullptr}(further::ServesPrefills<WholeContext>{})),
             (std::vector<int>{0, 0, 1}));
+}
+
+// out[b] = request_of(slice) in program b of a grid (2, 1, 3): blockIdx.z, or the Slice's own.
+template <Slice S>
+__global__ void request_kernel(S slice, int* out) {
+  out[blockIdx.z * gridDim.x + blockIdx.x] = request_of(slice);
+}
+template <Slice S>
+std::vector<int> requests(const S& slice) {
+  DeviceBuffer<int> out(6);
+  launch(request_kernel<S>, dim3(2, 1, 3), dim3(1), 0, cudaStream_t{}, slice, out.data());
+  return out.download();
+}
+struct RequestFromX : WholeContext {  // as the engine's work list maps items to requests
+  int offset;
+  __device__ int request() const { return offset + static_cast<int>(blockIdx.x); }
+};
+static_assert(Slice<RequestFromX>);
+
+TEST(TileContract, ARequestIsBlockIdxZUnlessTheSliceSaysOtherwise) {
+  EXPECT_EQ(requests(WholeContext{}), (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(requests(RequestFromX{{}, 5}), (std::vector<int>{5, 6, 5, 6, 5, 6}));
+  // An adapter that wraps the Slice keeps its request().
+  EXPECT_EQ(requests(stage08::AddSinks{nullptr}(RequestFromX{{}, 1})), (std::vector<int>{1, 2, 1, 2, 1, 2}));
 }
 
 // ---- The merge's fold (common/merge.cuh), over partials from plain tables.

@@ -65,10 +65,12 @@ struct QueryTile {
     bool real;  // a query of the batch: not past q_len, not a padding head
   };
 
-  // false: the tile starts past the request's queries (the grid is sized for the longest request).
+  // Tile query_tile of request `request` (request_of(slice): blockIdx.z unless
+  // the Slice says otherwise). false: the tile starts past the request's
+  // queries (the grid is sized for the longest request).
   template <class T>
-  __device__ __forceinline__ bool init(const AttentionParams& p, const Packing& pk, int query_tile) {
-    r = blockIdx.z, kv_head = blockIdx.y;
+  __device__ __forceinline__ bool init(const AttentionParams& p, const Packing& pk, int query_tile, int request) {
+    r = request, kv_head = blockIdx.y;
     rows = T::ROWS;
     row_begin = p.batch.query_start_loc[r];
     q_len = p.batch.query_start_loc[r + 1] - row_begin;
@@ -336,7 +338,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, T::MIN_PROGRAMS_PER_SM)
   const int g = lane / 4, t4 = lane % 4;  // MMA fragment coordinates: this lane holds rows g and g + 8
 
   QueryTile qt;
-  if (!qt.init<T>(p, pk, slice.query_tile()) || !serves(slice, qt.q_len)) return;
+  if (!qt.init<T>(p, pk, slice.query_tile(), request_of(slice)) || !serves(slice, qt.q_len)) return;
   load_q_tile<T>(q_s, p, pk, qt);
   const WarpKeys wk = warp_keys(qt, pk, warp);
   // The keys this program reads, [kv_begin, kv_end): all of [0, tile_kv_end) in
