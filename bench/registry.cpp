@@ -25,25 +25,19 @@ std::string decode_only(const Problem& p) {
 
 // The engine as a serving loop runs it: plan once for the batch's shape and
 // allocate the workspace (outside the timed region), then one run per step.
-Backend::Step engine_step(const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+Backend::Step engine_step(DeviceBatch& db, const engine::Options& options = {}) {
   const AttentionParams params = db.params();
-  auto plan = std::make_shared<engine::Plan>(engine::plan(params, engine::bounds_of(params.batch)));
+  auto plan = std::make_shared<engine::Plan>(engine::plan(params, engine::bounds_of(params.batch), options));
   auto workspace = std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes);
   return [plan, workspace, params] { engine::run(*plan, params, workspace->data(), plan->workspace_bytes); };
 }
 Backend engine_backend(std::string name, std::function<void(AttentionConfig&)> configure = nullptr) {
-  return Backend{std::move(name), always, nullptr, std::move(configure), engine_step};
+  return Backend{std::move(name), always, nullptr, std::move(configure),
+                 [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) { return engine_step(db); }};
 }
 // The engine's work list (Options::work_list): decodes cut by their own lengths.
 std::string work_list_serves(const Problem& p) {
   return p.meta.decode_only ? std::string() : "the work list serves decode-only batches";
-}
-Backend::Step work_list_step(const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
-  const AttentionParams params = db.params();
-  auto plan = std::make_shared<engine::Plan>(
-      engine::plan(params, engine::bounds_of(params.batch), engine::Options{.work_list = true}));
-  auto workspace = std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes);
-  return [plan, workspace, params] { engine::run(*plan, params, workspace->data(), plan->workspace_bytes); };
 }
 }  // namespace
 
@@ -97,7 +91,10 @@ const std::vector<Backend>& backends() {
                        c.sink_tokens = kSinkTokens;
                      }),
       // Not yet the default plan: the skewed decode batch is what it is for.
-      {"engine_work_list", work_list_serves, nullptr, nullptr, work_list_step},
+      {"engine_work_list", work_list_serves, nullptr, nullptr,
+       [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+         return engine_step(db, engine::Options{.work_list = true});
+       }},
 #if PA_HAVE_CUDNN
       // The vendor's answer: cuDNN's fused attention on the same paged cache,
       // read in place (bench/vendor_cudnn.h). Its graph is built per batch

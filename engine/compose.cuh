@@ -106,9 +106,9 @@ void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const Split
 // grid from its bounds; the items past sum n_r are idle (no key, nothing merged).
 
 struct WorkItem {
-  int request;  // the request the item belongs to (0 for an idle item, which reads no key)
-  int index;    // its place among the request's items; -1: idle
-  int count;    // the request's items
+  int request;  // the request (0 past the last one: an idle item, which reads no key)
+  int first;    // the request's first item in the flat list
+  int count;    // its items (0: not a decode, or an idle item)
   int keys;     // keys of each of them (a multiple of the block size; the last may hold fewer)
 };
 
@@ -132,40 +132,33 @@ struct WorkList {
     return static_cast<int>((k + block_size - 1) / block_size * block_size);
   }
 
-  // Request r's items over seq_len keys at k keys an item, and their length.
-  __device__ __forceinline__ void cut(int seq_len, int k, int& count, int& keys) const {
-    count = max(1, seq_len / k);
-    const int per = (seq_len + count - 1) / count;
-    keys = (per + block_size - 1) / block_size * block_size;
-  }
-
-  // Item `item` of the flat list (requests in order, each its n_r items).
-  __device__ __forceinline__ WorkItem item_at(const AttentionParams& p, int item) const {
+  // The requests in order, each with its items, until stop(r, first, count)
+  // holds: that request's entry (past the last request: an idle one).
+  template <class Stop>
+  __device__ __forceinline__ WorkItem walk(const AttentionParams& p, Stop stop) const {
     const int k = item_keys(p);
     int first = 0;
     for (int r = 0; r < p.batch.num_requests; ++r) {
-      if (!is_decode(p, r)) continue;
-      int count, keys;
-      cut(p.batch.seq_lens[r], k, count, keys);
-      if (item < first + count) return {r, item - first, count, keys};
+      int count = 0, keys = 0;
+      if (is_decode(p, r)) {
+        const int seq_len = p.batch.seq_lens[r];
+        count = max(1, seq_len / k);
+        keys = ((seq_len + count - 1) / count + block_size - 1) / block_size * block_size;
+      }
+      if (stop(r, first, count)) return {r, first, count, keys};
       first += count;
     }
-    return {0, -1, 0, 0};
+    return {0, first, 0, 0};
   }
 
-  // Request r's first item (and its count).
-  __device__ __forceinline__ WorkItem first_item(const AttentionParams& p, int r, int& first) const {
-    const int k = item_keys(p);
-    first = 0;
-    for (int s = 0; s < r; ++s) {
-      if (!is_decode(p, s)) continue;
-      int count, keys;
-      cut(p.batch.seq_lens[s], k, count, keys);
-      first += count;
-    }
-    int count = 0, keys = 0;
-    if (is_decode(p, r)) cut(p.batch.seq_lens[r], k, count, keys);
-    return {r, 0, count, keys};
+  // The request item `item` of the flat list belongs to.
+  __device__ __forceinline__ WorkItem item_at(const AttentionParams& p, int item) const {
+    return walk(p, [&](int, int first, int count) { return item < first + count; });
+  }
+
+  // Request r's entry: its first item and count.
+  __device__ __forceinline__ WorkItem request_items(const AttentionParams& p, int r) const {
+    return walk(p, [&](int s, int, int) { return s == r; });
   }
 };
 
@@ -175,15 +168,16 @@ struct WorkList {
 struct WorkListSplits : WorkList {
   float* part_o;
   float* part_lse;
+  AttentionParams params;  // the batch's lengths: the contract's Slice methods get no AttentionParams
 
   __device__ __forceinline__ int query_tile() const { return 0; }
-  __device__ __forceinline__ int request() const { return item_at(current_params(), blockIdx.x).request; }
+  __device__ __forceinline__ int request() const { return item_at(params, blockIdx.x).request; }
   __device__ __forceinline__ bool serves(int q_len) const { return q_len == 1; }
 
   __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
-    const WorkItem it = item_at(current_params(), blockIdx.x);
-    if (it.index < 0) return {0, 0};  // idle: no key, an empty partial nobody merges
-    const int begin = tile_kv_begin + it.index * it.keys;
+    const WorkItem it = item_at(params, blockIdx.x);
+    if (it.count == 0) return {0, 0};  // idle: no key, an empty partial nobody merges
+    const int begin = tile_kv_begin + (static_cast<int>(blockIdx.x) - it.first) * it.keys;
     return {begin, min(tile_kv_end, begin + it.keys)};
   }
 
@@ -193,10 +187,6 @@ struct WorkListSplits : WorkList {
     const size_t part_row = static_cast<size_t>(blockIdx.x) * p.num_q_heads + q_row % p.num_q_heads;
     stage04::store_partial_row(part_o, part_lse, part_row, p.kv.head_dim, o, half, t4, inv_l, lse);
   }
-
-  // The Slice's methods get no AttentionParams; the batch's lengths come with the Slice.
-  AttentionParams params;
-  __device__ __forceinline__ const AttentionParams& current_params() const { return params; }
 };
 static_assert(Slice<WorkListSplits>);
 
@@ -214,10 +204,9 @@ struct WorkListPartials : WorkList {
   };
 
   __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
-    int first = 0;
-    const WorkItem it = first_item(p, r, first);
+    const WorkItem it = request_items(p, r);
     const size_t token = p.batch.query_start_loc[r];
-    return {{it.count > 0, token * p.num_q_heads + h}, static_cast<size_t>(first) * p.num_q_heads + h, it.count};
+    return {{it.count > 0, token * p.num_q_heads + h}, static_cast<size_t>(it.first) * p.num_q_heads + h, it.count};
   }
 
   __device__ __forceinline__ int num_partials() const { return num_items; }
@@ -239,8 +228,7 @@ static_assert(PartialSource<WorkListPartials>);
 
 template <class Tiles, class Mask, class Adapt>
 void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
-  const AttentionParams& p = l.p;
-  PA_REQUIRE(!l.plan.sinks && p.window == 0, "engine: the work list serves causal decodes without sinks");
+  const AttentionParams& p = l.p;  // plan() took the work list only without sinks, a window or sink tokens
   if (p.batch.num_requests == 0) return;
   const WorkList list{l.plan.items_per_wave, l.plan.keys_per_split, p.kv.block_size};
   WorkListSplits splits;

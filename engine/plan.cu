@@ -135,16 +135,16 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
 
   const bool decode = p.batch.decode_only;
   const int block = p.kv.block_size;
+  auto num_sms = [&] { return options.num_sms > 0 ? options.num_sms : stage04::sm_count(); };
   // A tuned table's entries were measured on decode batches: the mixed path keeps the rule.
   auto split_plan = [&](bool use_table = true) {
-    const int num_sms = options.num_sms > 0 ? options.num_sms : stage04::sm_count();
     const TunedEntry* entry =
         options.tuned && use_table ? options.tuned->find(b.num_requests, pl.span_keys, p.num_q_heads / p.kv.num_kv_heads)
                       : nullptr;
     pl.tuned = entry != nullptr;
     const stage04::SplitPlan sp = entry ? tuned_split_plan(pl.span_keys, block, entry->num_splits)
                                   : options.num_splits == 0
-                                      ? stage04::plan_rule(p, num_sms, pl.span_keys)
+                                      ? stage04::plan_rule(p, num_sms(), pl.span_keys)
                                       : stage04::plan_fixed_rule(pl.span_keys, block, options.num_splits);
     stage04::check_plan(sp, pl.span_keys, block);
     return sp;
@@ -159,10 +159,9 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
     PA_REQUIRE(!p.batch_invariant, why + "outside batch-invariant mode, whose splits are fixed in keys");
     PA_REQUIRE(options.num_splits == 0 && options.tuned == nullptr,
                why + "with its own cut: num_splits must be 0 and no tuned table given");
-    const int num_sms = options.num_sms > 0 ? options.num_sms : stage04::sm_count();
     pl.path = Path::work_list;
-    pl.items_per_wave = std::max(1, stage04::programs_per_sm(p) * num_sms / p.kv.num_kv_heads);
-    // At most items_per_wave + num_requests items (engine/compose.cuh: work_item).
+    pl.items_per_wave = std::max(1, stage04::programs_per_sm(p) * num_sms() / p.kv.num_kv_heads);
+    // At most items_per_wave + num_requests items (engine/compose.cuh, WorkList).
     pl.num_splits = pl.items_per_wave + b.num_requests;
     pl.keys_per_split = std::max(block, stage04::MIN_KEYS_PER_SPLIT / block * block);
     rows = 1;
