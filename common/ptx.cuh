@@ -185,6 +185,27 @@ __device__ __forceinline__ void allow_dependent_grid() {
 #endif
 }
 
+// Warp specialisation (sm_90a): a warpgroup gives up registers (dec) or takes
+// them (inc), to REGS per thread, a multiple of 8 in 24..256; all 128 threads
+// of the warpgroup call it together. A producer warpgroup that only issues
+// copies needs few; the consumers' accumulators need many, and the kernel's
+// launch bounds alone would give every warp the same share. (The CPU runtime
+// has no register file: nothing to do.)
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg: a multiple of 8 in 24..256");
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg: a multiple of 8 in 24..256");
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+
 // Closes the group of cp.async issued since the previous commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__)

@@ -23,14 +23,31 @@
 // is stored at chunk c ^ (r % 8). That is the hardware's 128-byte swizzle, so
 // the descriptor names it (layout 1, 1024 bytes between 8-row groups), and 8
 // lanes reading one chunk of 8 consecutive rows hit 8 different bank groups.
-// A row longer than 64 values is stored as several slabs.
+// A row longer than 64 values is stored as several slabs. A TMA tensor copy
+// with TmaSwizzle::b128 (tma.cuh) writes exactly this layout.
+//
+// On the CPU runtime each product also checks the shared memory its
+// descriptors name, as the tensor core would need it: no byte of it may still
+// be in flight from a bulk or tensor copy (read before the copy's mbarrier
+// phase completed), and bytes a tensor copy wrote must have the descriptor's
+// swizzle (128B). Bytes written by ordinary stores or cp.async are not
+// checked: nothing tells their layout.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "attention_params.h"
 #include "cuda_compat.cuh"
 #include "ptx.cuh"
+
+#if !defined(__CUDACC__)
+#include <source_location>
+#define PA_WGMMA_LOC_PARAM , std::source_location pa_loc_ = std::source_location::current()
+#define PA_WGMMA_LOC pa_loc_.file_name(), static_cast<int>(pa_loc_.line())
+#else
+#define PA_WGMMA_LOC_PARAM
+#endif
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define PA_WGMMA 1
@@ -40,8 +57,9 @@
 
 namespace pa {
 
-// Element offset of (row, col) in an Sw128 slab (col < 64).
-__device__ __forceinline__ int sw128(int row, int col) {
+// Element offset of (row, col) in an Sw128 slab (col < 64). (Host code too:
+// tests lay out expected slabs with it.)
+__host__ __device__ __forceinline__ int sw128(int row, int col) {
   return (row >> 3) * 512 + (row & 7) * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);
 }
 
@@ -170,6 +188,15 @@ __device__ __forceinline__ void emulate(float (&d)[8][4], const uint32_t (&a)[4]
   }
 }
 
+#if !defined(__CUDACC__)
+// The bytes of `rows` Sw128 rows from `first_row` of a slab, read through a
+// 128B descriptor (a row's 128 bytes stay in its row whatever the swizzle).
+inline void check_read(const bf16* slab, int first_row, int rows, const char* what, const char* file, int line) {
+  cpucuda::detail::check_tensor_core_read(slab + first_row * 64, static_cast<size_t>(rows) * 128, 1, what, file,
+                                          line);
+}
+#endif
+
 // This warp's A fragment of an Sw128 slab holding the warpgroup's 64 rows of
 // A: rows 16 (warp % 4) + g (+ 8), columns k_off + 2t (+ 1) (+ 8), as mma.sync
 // m16n8k16 takes it.
@@ -187,10 +214,13 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const bf16* slab, i
 // d += A * B with B[k][n] = slab(row row_off + k, col n): 16 rows of a V tile
 // (keys) against its 64 columns (dims), row_off a multiple of 16 (P V).
 __device__ __forceinline__ void wgmma_mn_major(float (&d)[8][4], const uint32_t (&a)[4], const bf16* slab,
-                                               int row_off) {
+                                               int row_off PA_WGMMA_LOC_PARAM) {
 #if PA_WGMMA
   wgmma_detail::issue<1>(d, a, wgmma_detail::sw128_descriptor(slab + row_off * 64));
 #else
+#if !defined(__CUDACC__)
+  wgmma_detail::check_read(slab, row_off, 16, "wgmma_mn_major's B operand", PA_WGMMA_LOC);
+#endif
   wgmma_detail::emulate(d, a, [&](int k, int n) -> const bf16& { return slab[sw128(row_off + k, n)]; });
 #endif
 }
@@ -201,13 +231,17 @@ __device__ __forceinline__ void wgmma_mn_major(float (&d)[8][4], const uint32_t 
 // operands from shared memory, so no register of A stays in use while the
 // product runs.
 __device__ __forceinline__ void wgmma_ss_k_major(float (&d)[8][4], const bf16* a_slab, int a_koff, const bf16* b_slab,
-                                                 int b_koff) {
+                                                 int b_koff PA_WGMMA_LOC_PARAM) {
 #if PA_WGMMA
   // Inside an atom the hardware swizzles the address it computes, so a k-step
   // is a plain 32-byte move of each start address.
   wgmma_detail::issue_ss<0>(d, wgmma_detail::sw128_descriptor(a_slab + a_koff),
                             wgmma_detail::sw128_descriptor(b_slab + b_koff));
 #else
+#if !defined(__CUDACC__)
+  wgmma_detail::check_read(a_slab, 0, 64, "wgmma_ss_k_major's A operand", PA_WGMMA_LOC);
+  wgmma_detail::check_read(b_slab, 0, 64, "wgmma_ss_k_major's B operand", PA_WGMMA_LOC);
+#endif
   uint32_t a[4];
   wgmma_detail::a_fragment(a, a_slab, a_koff);
   wgmma_detail::emulate(d, a, [&](int k, int n) -> const bf16& { return b_slab[sw128(n, b_koff + k)]; });
@@ -215,3 +249,6 @@ __device__ __forceinline__ void wgmma_ss_k_major(float (&d)[8][4], const bf16* a
 }
 
 }  // namespace pa
+
+#undef PA_WGMMA_LOC_PARAM
+#undef PA_WGMMA_LOC

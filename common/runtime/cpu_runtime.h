@@ -16,8 +16,9 @@
 // returns while the rest of its block waits at a barrier, threads of one block
 // waiting at different __syncthreads call sites, a warp collective whose mask
 // names an exited lane or whose lanes wait at different call sites, misuse of
-// an mbarrier or a bulk copy, and a deadlock (an mbarrier phase that can never
-// complete included) are reported with block, thread and source line.
+// an mbarrier, a bulk or tensor copy (or of the bytes a copy still writes),
+// and a deadlock (an mbarrier phase that can never complete included) are
+// reported with block, thread and source line.
 //
 // Environment:
 //   CPUCUDA_WORKERS=n        worker threads (default: hardware concurrency)
@@ -74,6 +75,12 @@
 #endif
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
+#endif
+// A kernel parameter the threads read in place (its address is the
+// parameter's own, e.g. a TMA map's, common/tma.cuh). Every CPU thread gets
+// its own copy of the parameters, which is as good.
+#ifndef __grid_constant__
+#define __grid_constant__
 #endif
 // A GNU attribute, not alignas: CUDA code writes `__shared__ __align__(16) T x`,
 // and a standard attribute may not follow thread_local.
@@ -192,6 +199,22 @@ void mbarrier_init(uint64_t* bar, uint32_t count, const char* file, int line);
 void mbarrier_arrive(uint64_t* bar, uint32_t tx_bytes, const char* file, int line);
 bool mbarrier_try_wait(uint64_t* bar, uint32_t parity, const char* file, int line);
 void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, const char* file, int line);
+
+// TMA tensor copies behind common/tma.cuh. A map is kTmaMapBytes of the
+// runtime's own description (tma_encode_3d writes it, on the host, from
+// arguments the caller has validated); a tensor copy is a bulk copy of its
+// box, queued and landed like one. swizzle: 0 none, 1 the 128-byte swizzle.
+constexpr size_t kTmaMapBytes = 128;
+void tma_encode_3d(void* map, const void* base, const uint64_t* dims, const uint64_t* strides_bytes,
+                   const uint32_t* box, int swizzle);
+void tma_load_3d(void* smem_dst, const void* map, int c0, int c1, int c2, uint64_t* bar, const char* file, int line);
+// The tensor core's reads (common/wgmma.cuh's emulation), of `bytes` of shared
+// memory from `smem` through a descriptor of swizzle `swizzle`: an error if a
+// bulk or tensor copy still writes any of them, or if a tensor copy of another
+// swizzle wrote them. `what` names the operand. Bytes last written by ordinary
+// stores or cp.async are not checked.
+void check_tensor_core_read(const void* smem, size_t bytes, int swizzle, const char* what, const char* file,
+                            int line);
 
 // Stream capture (cpu_api.h): record_work() returns false when `stream` is not
 // capturing, and the caller runs the work now; true when it was recorded into

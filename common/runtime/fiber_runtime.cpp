@@ -11,7 +11,8 @@
 // failed, or deadlocked (no ready fiber while some have not returned).
 // An mbarrier wait suspends its fiber like a barrier does; the phase's
 // completion (an arrive, or a bulk copy landing) makes its waiters ready. Bulk
-// copies land when someone waits on their barrier, or when no fiber is ready.
+// copies land when someone waits on their barrier, or when no fiber is ready;
+// a TMA tensor copy is a bulk copy that gathers its box when it lands.
 #include "cpu_runtime.h"
 
 #include <pthread.h>
@@ -105,13 +106,41 @@ struct Mbar {
   std::vector<Fiber*> waiters;
 };
 
+// The runtime's description of a TMA map (common/tma.cuh): what
+// tma_encode_3d writes into the map's 128 bytes. The magic word tells a map
+// that make_tma_map_2byte_3d made from any other 128 bytes.
+struct TmaDesc {
+  uint64_t magic;
+  const unsigned char* base;
+  uint64_t dims[3];     // elements; dims[0] is the contiguous one
+  uint64_t strides[2];  // bytes between consecutive indices of dims 1 and 2
+  uint32_t box[3];      // elements a copy takes along each dim
+  uint32_t swizzle;     // 0 none, 1 the 128-byte swizzle
+};
+static_assert(sizeof(TmaDesc) <= kTmaMapBytes, "the description fits in a TmaMap");
+
 // A bulk copy issued and not landed yet (the source is read when it lands).
+// A tensor copy carries its map's description (copied at issue: the map may
+// live on the issuing thread's stack, which is gone once it returns) and its
+// box's coordinates instead of a source.
 struct BulkCopy {
   void* dst;
   const void* src;
   uint32_t bytes;
   int32_t bar;
   const Fiber* issuer;
+  const char* file;
+  int line;
+  bool tensor = false;
+  TmaDesc map{};
+  int coord[3] = {0, 0, 0};
+};
+
+// Shared memory a tensor copy wrote (landed), with the copy's swizzle and
+// issue site: what the tensor core's reads are checked against.
+struct TensorBytes {
+  uintptr_t lo, hi;
+  uint32_t swizzle;
   const char* file;
   int line;
 };
@@ -182,6 +211,11 @@ struct Worker {
   // generation tells this block's barrier handles from earlier blocks'.
   std::vector<Mbar> mbars;
   std::vector<BulkCopy> bulk;
+  // The shared memory that tensor copies of this block wrote, disjoint
+  // ranges (a newer copy replaces the parts of older ones it overwrites; a
+  // bulk copy or cp.async landing on them drops them). A ring keeps about one
+  // per slot.
+  std::vector<TensorBytes> tensor_bytes;
   uint32_t generation = 0;
   // Dynamic shared memory, grown on demand.
   unsigned char* smem = nullptr;
@@ -727,13 +761,24 @@ void cp_async_commit() {
   self->group_ends.push_back(self->copies.size());
 }
 
+namespace {
+void forget_tensor_bytes(Worker& w, uintptr_t lo, uintptr_t hi);
+}  // namespace
+
+// cp.async writes that land on bytes a tensor copy wrote make them ordinary
+// bytes again (see forget_tensor_bytes).
 void cp_async_wait(int max_pending) {
+  Worker& w = *tl_worker;
   Fiber* self = current_fiber();
   while (self->group_ends.size() - self->retired_groups > static_cast<size_t>(max_pending < 0 ? 0 : max_pending)) {
     const size_t end = self->group_ends[self->retired_groups++];
     for (; self->retired_copies < end; ++self->retired_copies) {
       const CopyOp& op = self->copies[self->retired_copies];
       std::memcpy(op.dst, op.bytes, op.size);
+      if (!w.tensor_bytes.empty()) {
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(op.dst);
+        forget_tensor_bytes(w, lo, lo + static_cast<uintptr_t>(op.size));
+      }
     }
   }
   if (self->retired_groups == self->group_ends.size() && self->retired_groups > 0) {
@@ -816,6 +861,103 @@ void mbar_try_complete(Worker& w, Mbar& m) {
   m.waiters.clear();
 }
 
+// ---- TMA tensor copies (common/tma.cuh)
+
+constexpr uint64_t kTmaMagic = 0x4433'5041'4d54'4150;  // the bytes "PATMAP3D": made by tma_encode_3d
+
+const char* swizzle_name(uint32_t swizzle) { return swizzle ? "128B" : "none"; }
+
+// The shared memory a copy writes. A swizzled box may move a chunk of its last
+// row within that row's 128-byte segment (rows shorter than 128 bytes), so its
+// bytes are the whole segments it touches (its destination is 128-byte aligned).
+uintptr_t copy_lo(const BulkCopy& c) { return reinterpret_cast<uintptr_t>(c.dst); }
+uintptr_t copy_hi(const BulkCopy& c) {
+  const uintptr_t bytes = c.tensor && c.map.swizzle ? (c.bytes + 127u) / 128u * 128u : c.bytes;
+  return copy_lo(c) + bytes;
+}
+
+// Bytes [lo, hi) are written anew: the recorded ranges keep only what lies
+// outside them.
+void overwrite_tensor_bytes(Worker& w, uintptr_t lo, uintptr_t hi) {
+  std::vector<TensorBytes>& v = w.tensor_bytes;
+  const size_t n = v.size();
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    TensorBytes r = v[i];
+    if (r.hi <= lo || r.lo >= hi) {
+      v[kept++] = r;
+      continue;
+    }
+    if (r.lo < lo) {
+      TensorBytes head = r;
+      head.hi = lo;
+      v[kept++] = head;
+    }
+    if (r.hi > hi) {  // after the n already read: this loop never reads it
+      r.lo = hi;
+      v.push_back(r);
+    }
+  }
+  v.erase(v.begin() + static_cast<std::ptrdiff_t>(kept), v.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// cp.async stores 16 bytes at a time, often in a swizzled order: trimming a
+// range per store could cut it into hundreds of pieces, so any range a store
+// touches is dropped whole. That only forgets checks, it never invents one.
+void forget_tensor_bytes(Worker& w, uintptr_t lo, uintptr_t hi) {
+  std::erase_if(w.tensor_bytes, [&](const TensorBytes& r) { return r.lo < hi && lo < r.hi; });
+}
+
+// The box of tensor copy c lands: rows of box[0] elements, box[1] rows for each
+// of box[2] planes, row-major from c.dst; an element outside the tensor (any
+// coordinate below 0 or at least its dim) lands as zero. With the 128-byte
+// swizzle, the 16-byte chunk whose unswizzled shared address is a lands at
+// a ^ (((a >> 7) & 7) << 4): within each 128-byte segment, chunk c of the
+// segment at bits [7:9] = r goes to chunk c ^ r, which is common/wgmma.cuh's
+// sw128(row, col) for a box of 64-element rows starting 1024-byte aligned.
+// The source is read now, not at issue (as a bulk copy's is).
+void gather_box(const BulkCopy& c) {
+  const TmaDesc& m = c.map;
+  const int64_t dim0 = static_cast<int64_t>(m.dims[0]);
+  const uintptr_t dst = reinterpret_cast<uintptr_t>(c.dst);
+  uintptr_t row_at = dst;  // the row's unswizzled address
+  for (uint32_t z = 0; z < m.box[2]; ++z) {
+    const int64_t i2 = static_cast<int64_t>(c.coord[2]) + z;
+    for (uint32_t y = 0; y < m.box[1]; ++y, row_at += m.box[0] * 2u) {
+      const int64_t i1 = static_cast<int64_t>(c.coord[1]) + y;
+      const bool row_in = i2 >= 0 && i2 < static_cast<int64_t>(m.dims[2]) && i1 >= 0 &&
+                          i1 < static_cast<int64_t>(m.dims[1]);
+      const unsigned char* row = row_in ? m.base + static_cast<uint64_t>(i1) * m.strides[0] +
+                                              static_cast<uint64_t>(i2) * m.strides[1]
+                                        : nullptr;
+      for (uint32_t x = 0; x < m.box[0]; x += 8) {  // one 16-byte chunk: 8 elements
+        unsigned char chunk[16];
+        const int64_t i0 = static_cast<int64_t>(c.coord[0]) + x;
+        if (row_in && i0 >= 0 && i0 + 8 <= dim0) {
+          std::memcpy(chunk, row + i0 * 2, 16);
+        } else {
+          for (int e = 0; e < 8; ++e) {
+            const int64_t i = i0 + e;
+            if (row_in && i >= 0 && i < dim0) {
+              std::memcpy(chunk + 2 * e, row + i * 2, 2);
+            } else {
+              chunk[2 * e] = chunk[2 * e + 1] = 0;
+            }
+          }
+        }
+        uintptr_t a = row_at + x * 2u;
+        if (m.swizzle) a ^= ((a >> 7) & 7u) << 4;
+        std::memcpy(reinterpret_cast<void*>(a), chunk, 16);
+      }
+    }
+  }
+}
+
+std::string copy_name(const BulkCopy& c) {
+  return std::string(c.tensor ? "the tensor copy" : "the bulk copy") + " of " + std::to_string(c.bytes) +
+         " bytes issued at " + site(c.file, c.line);
+}
+
 // The copy engine delivers: the copies in flight to barrier `bar` (all of them
 // for -1), in issue order. Each writes its bytes and completes them on its barrier.
 void land_bulk_copies(Worker& w, Fiber* self, int32_t bar) {
@@ -826,15 +968,21 @@ void land_bulk_copies(Worker& w, Fiber* self, int32_t bar) {
       w.bulk[kept++] = c;
       continue;
     }
-    std::memcpy(c.dst, c.src, c.bytes);
+    if (c.tensor) {
+      gather_box(c);
+      overwrite_tensor_bytes(w, copy_lo(c), copy_hi(c));
+      w.tensor_bytes.push_back(TensorBytes{copy_lo(c), copy_hi(c), c.map.swizzle, c.file, c.line});
+    } else {
+      std::memcpy(c.dst, c.src, c.bytes);
+      if (!w.tensor_bytes.empty()) overwrite_tensor_bytes(w, copy_lo(c), copy_hi(c));
+    }
     Mbar& m = w.mbars[static_cast<size_t>(c.bar)];
     --m.in_flight;
     m.tx -= c.bytes;
     m.delivered += c.bytes;
     if (m.pending == 0 && m.tx < 0) {
       CPUCUDA_FAIL_AS(w, self, c.issuer,
-                      "the bulk copy of " + std::to_string(c.bytes) + " bytes issued at " + site(c.file, c.line) +
-                          " delivers more bytes than the phase of " + mbar_name(m) +
+                      copy_name(c) + " delivers more bytes than the phase of " + mbar_name(m) +
                           " expects: this phase expect_tx announced " + std::to_string(m.announced) +
                           " bytes and its copies delivered " + std::to_string(m.delivered) +
                           " (on a GPU the phase completes early, with bytes still landing); announce exactly the "
@@ -977,6 +1125,80 @@ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_
   ++w.mbars[static_cast<size_t>(index)].in_flight;
 }
 
+void tma_encode_3d(void* map, const void* base, const uint64_t* dims, const uint64_t* strides_bytes,
+                   const uint32_t* box, int swizzle) {
+  TmaDesc d{};
+  d.magic = kTmaMagic;
+  d.base = static_cast<const unsigned char*>(base);
+  for (int i = 0; i < 3; ++i) {
+    d.dims[i] = dims[i];
+    d.box[i] = box[i];
+  }
+  d.strides[0] = strides_bytes[0];
+  d.strides[1] = strides_bytes[1];
+  d.swizzle = swizzle ? 1u : 0u;
+  std::memset(map, 0, kTmaMapBytes);
+  std::memcpy(map, &d, sizeof d);
+}
+
+void tma_load_3d(void* smem_dst, const void* map, int c0, int c1, int c2, uint64_t* bar, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  BulkCopy c{smem_dst, nullptr, 0, -1, self, file, line};
+  c.tensor = true;
+  std::memcpy(&c.map, map, sizeof c.map);
+  c.coord[0] = c0;
+  c.coord[1] = c1;
+  c.coord[2] = c2;
+  auto at = [&] {
+    return "cp.async.bulk.tensor (" + site(file, line) + ") of the box at (" + std::to_string(c0) + "," +
+           std::to_string(c1) + "," + std::to_string(c2) + ")";
+  };
+  if (c.map.magic != kTmaMagic) {
+    CPUCUDA_FAIL(w, self,
+                 at() + ": the map was not made by make_tma_map_2byte_3d (its 128 bytes hold no map: a "
+                        "TmaMap made on the host, passed in the kernel's parameters?)");
+  }
+  if (reinterpret_cast<uintptr_t>(smem_dst) & 127u) {
+    CPUCUDA_FAIL(w, self, at() + ": the shared-memory destination is not 128-byte aligned");
+  }
+  const uint64_t bytes = uint64_t{c.map.box[0]} * c.map.box[1] * c.map.box[2] * 2u;
+  if (bytes > static_cast<uint64_t>(kMbarMaxTx)) {
+    CPUCUDA_FAIL(w, self,
+                 at() + ": its box of " + std::to_string(bytes) + " bytes is more than the tx-count of one "
+                        "mbarrier phase can wait for (at most " + std::to_string(kMbarMaxTx) + " bytes)");
+  }
+  c.bytes = static_cast<uint32_t>(bytes);
+  c.bar = mbar_index(w, self, bar, "cp.async.bulk.tensor", file, line);
+  w.bulk.push_back(c);
+  ++w.mbars[static_cast<size_t>(c.bar)].in_flight;
+}
+
+void check_tensor_core_read(const void* smem, size_t bytes, int swizzle, const char* what, const char* file,
+                            int line) {
+  Worker& w = *tl_worker;
+  if (w.bulk.empty() && w.tensor_bytes.empty()) return;  // the common case: one branch
+  Fiber* self = current_fiber();
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(smem), hi = lo + bytes;
+  for (const BulkCopy& c : w.bulk) {
+    if (copy_lo(c) < hi && lo < copy_hi(c)) {
+      CPUCUDA_FAIL(w, self,
+                   std::string(what) + " (" + site(file, line) + ") reads shared memory that " + copy_name(c) +
+                       " (to " + mbar_name(w.mbars[static_cast<size_t>(c.bar)]) +
+                       ") is still writing: read before its mbarrier phase completed: wait on it first");
+    }
+  }
+  for (const TensorBytes& r : w.tensor_bytes) {
+    if (r.lo < hi && lo < r.hi && r.swizzle != static_cast<uint32_t>(swizzle)) {
+      CPUCUDA_FAIL(w, self,
+                   std::string(what) + " (" + site(file, line) + ") reads shared memory that the tensor copy "
+                       "issued at " + site(r.file, r.line) + " wrote: the descriptor's swizzle (" +
+                       swizzle_name(static_cast<uint32_t>(swizzle)) + ") does not match the copy's (" +
+                       swizzle_name(r.swizzle) + "); make the map with the descriptor's swizzle");
+    }
+  }
+}
+
 namespace {
 
 // ---- running a block on a worker
@@ -1092,6 +1314,7 @@ bool run_block(Worker& w, uint64_t linear_block) {
   }
   w.mbars.clear();
   w.bulk.clear();
+  w.tensor_bytes.clear();
   ++w.generation;
   for (uint32_t wi = 0; wi < (n + 31) / 32; ++wi) {
     const uint32_t lanes = std::min<uint32_t>(32, n - wi * 32);
