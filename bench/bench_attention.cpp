@@ -9,7 +9,10 @@
 //            (08_sinks_window keeps its 4 sink tokens and learned sinks)
 //   mixed    2 prefill chunks + 30 decodes
 //   skewed   1 decode of 32768 tokens beside 63 of 512
-//   prefill  one causal prompt of 4096 or 16384 tokens
+//   prefill  one causal prompt of 4096 or 16384 tokens; at 4096 also in two
+//            other shapes (model:g16-d64: 64 q / 4 kv heads, D 64; model:g16-d256:
+//            32 q / 2 kv heads, D 256) and on 256-token blocks, shuffled
+//            (block:256) and in one contiguous run (block:256/contiguous)
 //   checked  what checked launches cost (AttentionParams::checked: one validation kernel
 //            and a host synchronisation before the attention kernels): 04_split_kv at
 //            decode 64 x 4096 and 1 x 4096, labels .../checked:off and .../checked:on
@@ -101,6 +104,7 @@ struct BenchCase {
   std::vector<std::string> only = {};
   bool checked = false;          // AttentionParams::checked
   bool batch_invariant = false;  // AttentionParams::batch_invariant
+  bool contiguous = false;       // block tables are the identity (BuildOptions::shuffle_blocks off)
   size_t kv_tokens() const {
     size_t n = 0;
     for (auto r : requests) n += r.seq_len;
@@ -142,6 +146,28 @@ std::vector<BenchCase> cases() {
   }
   for (int n : kGpu ? std::vector<int>{4096, 16384} : std::vector<int>{64})
     out.push_back({"prefill", "batch:1/len:" + std::to_string(n), {{n, n}}, kGpu ? 5 : 1});
+  // The prefill tiles in other shapes (GQA group 16 at head_dim 64 and 256),
+  // and the paged cache's cost: the same prompt on 256-token blocks in a
+  // shuffled table and in one contiguous run (the identity table).
+  {
+    const int n = kGpu ? 4096 : 64;
+    const std::string len = "batch:1/len:" + std::to_string(n);
+    const std::vector<std::string> tiles = {"03_gqa_packing", "09_hopper_pipeline", "engine", "vendor_cudnn"};
+    const auto heads = [](int hq, int hkv, int d) {
+      return [=](AttentionConfig& c) {
+        c.num_q_heads = hq;
+        c.num_kv_heads = hkv;
+        c.head_dim = d;
+      };
+    };
+    out.push_back({"prefill", len + "/model:g16-d64", {{n, n}}, kGpu ? 5 : 1, heads(64, 4, 64), false, tiles});
+    out.push_back({"prefill", len + "/model:g16-d256", {{n, n}}, kGpu ? 5 : 1, heads(32, 2, 256), false, tiles});
+    const auto block_256 = [](AttentionConfig& c) { c.block_size = 256; };
+    out.push_back({"prefill", len + "/block:256", {{n, n}}, kGpu ? 5 : 1, block_256, false, tiles});
+    BenchCase contiguous{"prefill", len + "/block:256/contiguous", {{n, n}}, kGpu ? 5 : 1, block_256, false, tiles};
+    contiguous.contiguous = true;
+    out.push_back(contiguous);
+  }
   // gpt-oss alternates full-attention and window-128 layers; both with learned
   // sinks. Same shape at CPU size (its heads are small), fewer and shorter requests.
   const int oss_batch = kGpu ? 64 : 2, oss_ctx = kGpu ? 4096 : 320;
@@ -233,7 +259,8 @@ void run_case(benchmark::State& state, const Backend& b, const BenchCase& c) {
     state.SkipWithError(("unsupported: " + why).c_str());
     return;
   }
-  Problem p = make_problem(config_for(b, c), c.requests, {.seed = 1, .fill_values = false});
+  Problem p = make_problem(config_for(b, c), c.requests,
+                           {.seed = 1, .shuffle_blocks = !c.contiguous, .fill_values = false});
   if (p.cfg.with_sinks && p.sinks.empty()) {
     // make_problem draws the sinks with the values, which benchmarks make on
     // the device instead; without sinks the batch would time the sink-free path.

@@ -77,6 +77,8 @@ const std::vector<Backend>& backends() {
          c.window = kSinkWindow;
          c.sink_tokens = kSinkTokens;
        }},
+      // Causal bf16 attention without windows or sinks: the other configurations are refused.
+      {"09_hopper_pipeline", always, [](const Problem&, DeviceBatch& db) { stage09::forward(db.params()); }},
       // The engine (engine/engine.h): every stage's pieces composed, the fastest
       // variant per format; these are the headline rows.
       engine_backend("engine"),

@@ -4,7 +4,7 @@
 Times torch.nn.functional.scaled_dot_product_attention with its cuDNN and
 FlashAttention backends on the benchmark's decode, long-context and prefill
 cases (Qwen3-8B attention shape: 32 query heads, 8 KV heads, head_dim 128,
-bf16), with the same method as bench_attention: CUDA events around the call
+bf16; and the prefill cases in GQA group 16 at head_dim 64 and 256), with the same method as bench_attention: CUDA events around the call
 alone, L2 emptied before each iteration by reading a buffer twice its size
 (as bench/probe.h explains, a read leaves no dirty lines to write back), median. Writes JSON in the shape
 of Google Benchmark's output (a "benchmarks" list whose entries carry the same
@@ -21,8 +21,8 @@ import sys
 HQ, HKV, D = 32, 8, 128
 
 
-def kv_bytes(batch, ctx):
-    return batch * ctx * 2 * HKV * D * 2
+def kv_bytes(batch, ctx, hkv=HKV, d=D):
+    return batch * ctx * 2 * hkv * d * 2
 
 
 def time_ms(fn, iters, flush):
@@ -61,26 +61,30 @@ def main():
     backends = {"torch_cudnn": SDPBackend.CUDNN_ATTENTION, "torch_flash": SDPBackend.FLASH_ATTENTION}
     sweep = [1, 8, 64, 256] if args.quick else [1, 2, 4, 8, 16, 32, 64, 128, 256]
     longs = [1, 4, 32] if args.quick else [1, 2, 4, 8, 16, 32]
-    cases = [("decode", b, 4096, 1) for b in sweep] + [("long", b, 32768, 1) for b in longs]
-    cases += [("prefill", 1, n, n) for n in (4096, 16384)]
+    qwen3 = (HQ, HKV, D, "")
+    cases = [("decode", b, 4096, 1, qwen3) for b in sweep] + [("long", b, 32768, 1, qwen3) for b in longs]
+    cases += [("prefill", 1, n, n, qwen3) for n in (4096, 16384)]
+    # bench_attention's prefill shapes: GQA group 16 at head_dim 64 and 256.
+    cases += [("prefill", 1, 4096, 4096, (64, 4, 64, "/model:g16-d64")),
+              ("prefill", 1, 4096, 4096, (32, 2, 256, "/model:g16-d256"))]
     results = []
     gen = torch.Generator(device=dev).manual_seed(1)
-    for family, batch, ctx, q_len in cases:
-        q = torch.randn(batch, HQ, q_len, D, device=dev, dtype=torch.bfloat16, generator=gen)
-        k = torch.randn(batch, HKV, ctx, D, device=dev, dtype=torch.bfloat16, generator=gen)
-        v = torch.randn(batch, HKV, ctx, D, device=dev, dtype=torch.bfloat16, generator=gen)
+    for family, batch, ctx, q_len, (hq, hkv, d, tag) in cases:
+        q = torch.randn(batch, hq, q_len, d, device=dev, dtype=torch.bfloat16, generator=gen)
+        k = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16, generator=gen)
+        v = torch.randn(batch, hkv, ctx, d, device=dev, dtype=torch.bfloat16, generator=gen)
         causal = q_len > 1
-        label = f"batch:{batch}/len:{ctx}" if family == "prefill" else f"batch:{batch}/ctx:{ctx}"
+        label = (f"batch:{batch}/len:{ctx}" if family == "prefill" else f"batch:{batch}/ctx:{ctx}") + tag
         for name, backend in backends.items():
             entry = {"name": f"{family}/{name}/{label}", "run_type": "iteration", "batch": batch}
             try:
                 with sdpa_kernel([backend]):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
                     ms = time_ms(fn, 5 if family == "prefill" else 20, flush)
-                entry.update(ms_median=ms, kv_bytes=kv_bytes(batch, ctx),
-                             GBps=kv_bytes(batch, ctx) / (ms * 1e-3) / 1e9)
+                entry.update(ms_median=ms, kv_bytes=kv_bytes(batch, ctx, hkv, d),
+                             GBps=kv_bytes(batch, ctx, hkv, d) / (ms * 1e-3) / 1e9)
                 if family == "prefill":
-                    entry["TFLOPs"] = 4.0 * D * HQ * ctx * (ctx + 1) / 2 / (ms * 1e-3) / 1e12
+                    entry["TFLOPs"] = 4.0 * d * hq * ctx * (ctx + 1) / 2 / (ms * 1e-3) / 1e12
                 print(f"[torch] {entry['name']}: {ms:.3f} ms", file=sys.stderr)
             except Exception as e:  # a backend that refuses a shape is recorded, not fatal
                 entry["error_occurred"] = True

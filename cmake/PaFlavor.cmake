@@ -46,8 +46,11 @@ else()
   # -ffp-contract=off: the host compiler never fuses a * b + c on its own (GCC
   # does on targets with FMA, e.g. aarch64); where the kernels want a fused
   # multiply-add, the source says fmaf, which both flavors honour.
+  # -Wno-psabi: GCC notes that passing a 64-byte-aligned struct by value (stage
+  # 09's tensor maps, a kernel parameter) changed ABI in GCC 4.6; nothing here
+  # links against code that old.
   add_compile_options("SHELL:-include ${PA_SOURCE_ROOT}/common/runtime/cpu_runtime.h"
-                      -Wno-unknown-pragmas -ffp-contract=off)
+                      -Wno-unknown-pragmas -ffp-contract=off $<$<CXX_COMPILER_ID:GNU>:-Wno-psabi>)
   message(STATUS "paged-attention: CPU flavor (kernels run on the course's CPU runtime)")
 endif()
 

@@ -426,10 +426,73 @@ TOP = {
 }
 
 
+# Stage 09: the prefill tile on TMA, mbarriers and wgmma, beside stage 03's tile and cuDNN, with the issue's
+# targets judged on the run (ratios against PyTorch's cuDNN SDPA of the same run).
+G16_D64, G16_D256 = "batch:1/len:4096/model:g16-d64", "batch:1/len:4096/model:g16-d256"
+BLOCK256, CONTIGUOUS = "batch:1/len:4096/block:256", "batch:1/len:4096/block:256/contiguous"
+HOPPER_TARGETS = [("batch:1/len:4096", 1.0), ("batch:1/len:16384", 1.0), (G16_D64, 0.9), (G16_D256, 0.9)]
+HOPPER_MAX_PAGED_COST = 1.05
+
+
+def of_torch(backend):
+    """PyTorch's cuDNN SDPA time over this backend's time, on the same case (prefill: the same shape)."""
+    def cell(run, family, label):
+        b, t = run.get(family, backend, label), run.get(family, "torch_cudnn", label)
+        return f"{t['ms_median'] / b['ms_median']:.2f}" if b and t else DASH
+    return cell
+
+
+def hopper_targets(run):
+    out = []
+    for label, bound in HOPPER_TARGETS:
+        b, t = run.get("prefill", "09_hopper_pipeline", label), run.get("prefill", "torch_cudnn", label)
+        if b and t:
+            ratio = t["ms_median"] / b["ms_median"]
+            out.append(f"{label.replace('batch:1/len:', '1 x ').replace('/model:', ', ')} at >= {bound:.1f}x cuDNN: "
+                       f"{ratio:.2f}x, {'met' if ratio >= bound else 'not met'}")
+    paged, flat = (run.get("prefill", "09_hopper_pipeline", lab) for lab in (BLOCK256, CONTIGUOUS))
+    if paged and flat:
+        cost = paged["ms_median"] / flat["ms_median"]
+        out.append(f"the paged cache (shuffled 256-token blocks) at most {HOPPER_MAX_PAGED_COST - 1:.0%} over one "
+                   f"contiguous run: {cost:.3f}x, {'met' if cost <= HOPPER_MAX_PAGED_COST else 'not met'}")
+    return "Targets: " + "; ".join(out) + "." if out else ""
+
+
+def hopper_unmeasured(run):
+    """The stage's table when the committed run predates the stage: a sentence, not a table of dashes."""
+    return ("This run has no `09_hopper_pipeline` rows: the committed measurements predate the stage. On an H100 "
+            "or H200, `bash cmake/course.sh backends gpu` times it, and `bench/run_gpu.sh` writes the JSON this "
+            "table is made from.")
+
+
+STAGES["09_hopper_pipeline"] = {
+    "note": "Causal prefill (one prompt) and the mixed batch. TFLOP/s counts the causal half, 4 x head_dim x Hq x "
+            "n (n + 1) / 2 flops; the mixed row gives its fraction of the floor instead. \"of cuDNN\": PyTorch's "
+            "cuDNN SDPA on a contiguous cache of the same shape (`torch_cudnn`) over this stage's time. Group 16: "
+            "64 q / 4 kv heads at head_dim 64, 32 q / 2 kv heads at head_dim 256. Block 256: the same prompt on "
+            "256-token blocks, shuffled through the block table, then in one contiguous run.",
+    "columns": [("ms", ms("09_hopper_pipeline")), ("TFLOP/s (mixed: of floor)", floor("09_hopper_pipeline")),
+                ("stage 03 (ms)", ms("03_gqa_packing")), ("speed-up over 03", speedup("09_hopper_pipeline", ["03_gqa_packing"])),
+                ("torch_cudnn", reference(["torch_cudnn"])), ("of cuDNN", of_torch("09_hopper_pipeline")),
+                ("vendor_cudnn", reference(["vendor_cudnn"]))],
+    "rows": [prefill(4096), prefill(16384),
+             ("prefill 1 x 4096, group 16, head_dim 64", "prefill", G16_D64),
+             ("prefill 1 x 4096, group 16, head_dim 256", "prefill", G16_D256),
+             ("prefill 1 x 4096, 256-token blocks, shuffled", "prefill", BLOCK256),
+             ("prefill 1 x 4096, 256-token blocks, contiguous", "prefill", CONTIGUOUS),
+             MIXED],
+    "measured_by": "09_hopper_pipeline",
+    "unmeasured": hopper_unmeasured,
+    "summary": hopper_targets,
+}
+
+
 WARNINGS = []  # printed by main(): tables that a partial run leaves mostly blank
 
 
 def table(run, spec, where=""):
+    if "unmeasured" in spec and not any(k[1] == spec["measured_by"] for k in run.entries):
+        return run.header(spec.get("shape", True)) + ". " + spec["unmeasured"](run)
     head = ["case"] + [c[0] for c in spec["columns"]]
     note = spec["note"]
     if "`vendor_cudnn`" in note and not any(k[1].startswith("vendor_cudnn") for k in run.entries):

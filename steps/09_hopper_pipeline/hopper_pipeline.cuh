@@ -1,0 +1,380 @@
+// Stage 09's kernel: stage 03's 128-row prefill tile on Hopper's machinery.
+//
+// The tile is stage 03's: a program owns 128 rows of (token, query head) pairs
+// of one KV head's group (stage 03's QueryTile and its causal mask), reads the
+// keys of its causal range through the block table, and writes final rows. What
+// changes is who does what, and how the bytes move:
+//
+//   warpgroup 0, the producer: one warp issues TMA copies (common/tma.cuh) of
+//     the K and V tiles into a ring of shared-memory slots, one copy per cache
+//     block and 64-dim slab, landing in the 128-byte swizzle that wgmma reads.
+//     It never computes: it gives most of its registers to the consumers
+//     (setmaxnreg) and spends its time waiting for free slots.
+//   warpgroups 1 and 2, the consumers: 64 rows each. Each computes S = Q K^T
+//     and O += P V with wgmma (the tensor core reads Q, K and V from shared
+//     memory itself; P is an A fragment in registers), and the online softmax
+//     between them, as stage 03 does per warp.
+//
+// The ring's protocol is two mbarriers per slot and operand (common/mbarrier.cuh):
+//   full[s]:  the producer announces the tile's bytes (arrive_expect_tx), the
+//             copies complete them; consumers wait on its phase;
+//   empty[s]: each consumer warp arrives once its products no longer read the
+//             slot; the producer waits on it before refilling.
+// Tile t uses slot t % STAGES in round t / STAGES; round r waits for parity r & 1
+// of full and (r & 1) ^ 1 of empty (a fresh barrier's "previous" phase counts as
+// complete, so the first round's refill does not wait).
+//
+// Two schedules hide the softmax behind the tensor core:
+//   - inside a warpgroup (as going_further/warpgroup_prefix.cuh): step t issues
+//     S of tile t + 1 and P V of tile t back to back, and turns the scores of
+//     t + 1 into weights while both run;
+//   - between the two warpgroups (ping-pong): a warpgroup issues its products
+//     only on its turn, then hands the turn over, so one's softmax runs while
+//     the other's products hold the tensor core. The turn is an mbarrier per
+//     warpgroup that the other one arrives on.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/attention_params.h"
+#include "common/check.h"
+#include "common/cuda_compat.cuh"
+#include "common/kv_lookup.cuh"
+#include "common/launch.cuh"
+#include "common/mbarrier.cuh"
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/tma.cuh"
+#include "common/todo.cuh"
+#include "common/wgmma.cuh"
+#include "common/wgmma_wide.cuh"
+#include "solutions/03_gqa_packing/gqa_packing.cuh"
+
+namespace pa::stage09 {
+namespace {
+
+using stage03::QueryTile;
+
+// 2 consumer warpgroups x 64 rows, K/V tiles of TILE_K keys in 64-dim Sw128 slabs.
+template <int HEAD_DIM_>
+struct HopperTile {
+  static constexpr int HEAD_DIM = HEAD_DIM_;
+  static constexpr int CONSUMERS = 2, ROWS = 64 * CONSUMERS, NUM_THREADS = 128 * (1 + CONSUMERS);
+  // S of 64 rows x TILE_K keys, P and O (64 x HEAD_DIM) live in a consumer's
+  // registers together, twice over for S during the pipelined step: 128 keys
+  // fit beside O up to head_dim 128, 64 beside head_dim 256's 128 registers of O.
+  static constexpr int TILE_K = HEAD_DIM == 256 ? 64 : 128;
+  static constexpr int SLABS = HEAD_DIM / 64;
+  static constexpr int KV_ELEMS = SLABS * TILE_K * 64;  // one K or V tile: [SLABS][TILE_K][64]
+  static constexpr int Q_ELEMS = SLABS * ROWS * 64;     // Q: [SLABS][ROWS][64]
+  // The bytes one fill of a slot announces (arrive_expect_tx): what its copies
+  // deliver. Every box of a tile is copied, the ones past the range's end too
+  // (as zeros), so that this is one number.
+  static constexpr uint32_t tile_bytes() {
+    // TODO 2: the bytes the copies of one K (or V) tile deliver to its full barrier
+    return 0;  // placeholder: a phase that completes before its bytes land
+  }
+  // Ring slots per operand: as many as the 227 KB of shared memory hold with Q.
+  static constexpr int STAGES = HEAD_DIM == 64 ? 4 : 2;
+  static constexpr size_t ALIGN = 1024;  // the swizzle's 8-row atoms
+  static constexpr int NUM_BARRIERS = 4 * STAGES + 2 * CONSUMERS;
+  static constexpr size_t smem_bytes() {
+    return ALIGN + sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS) + sizeof(Mbarrier) * NUM_BARRIERS;
+  }
+  static_assert(smem_bytes() <= 227 * 1024, "one program per SM: at most 227 KB of shared memory");
+};
+
+// The ring's and the schedule's barriers, after the tiles in shared memory.
+template <class T>
+struct Barriers {
+  Mbarrier full_k[T::STAGES], full_v[T::STAGES];    // the slot's tile has landed
+  Mbarrier empty_k[T::STAGES], empty_v[T::STAGES];  // every consumer warp is done with the slot
+  Mbarrier turn[T::CONSUMERS];                       // consumer c may issue its products
+  Mbarrier q_ready[T::CONSUMERS];                    // consumer c's 64 rows of Q have landed
+};
+
+// The four tensor maps over the paged pool, made on the host per launch: K and
+// V as [slots][num_kv_heads][head_dim] with a box of one block's rows (at most
+// TILE_K) x one head x 64 dims, and the same with a box of one row, for the
+// block that holds the range's end (copied row by row: its rows past the end
+// are copied from outside the tensor, which TMA fills with zeros).
+struct alignas(64) TmaMaps {
+  TmaMap k_box, v_box, k_row, v_row;
+};
+
+// Tile t's ring slot, and the parities its waits name: round r = t / STAGES
+// waits for the phase of parity r & 1 of the slot's full barrier (the r-th fill
+// completes phase r), and for parity (r & 1) ^ 1 of its empty barrier (the
+// consumers' release of round r - 1; round 0's "previous" phase counts as
+// complete on a fresh barrier, so the first fill does not wait).
+// Host and device: the launcher checks it on the host first (check_protocol),
+// because a wrong parity does not fail on a GPU, it hangs.
+template <int STAGES>
+struct RingPos {
+  int slot;
+  uint32_t full_parity, empty_parity;
+  __host__ __device__ __forceinline__ explicit RingPos(int t) {
+    // TODO 1: tile t's slot and the parities of its two waits (full: the round's, empty: its complement)
+    (void)t;
+    slot = 0, full_parity = 0, empty_parity = 0;  // placeholder: one slot, and a first fill that waits forever
+  }
+};
+
+// The producer warp: tiles 0 .. num_tiles - 1 of keys [0, kv_end) into the ring,
+// K then V of each. Its lanes share a tile's boxes (one block of rows each, or
+// TILE_K rows of a longer block) and issue their copies themselves; lane 0
+// announces the tile's bytes. Every box of a tile is copied, past the end too,
+// so that every tile is KV_BYTES: a box wholly past the end is read from
+// outside the tensor (zeros), the box that holds the end row by row.
+template <class T>
+__device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, const KvLookup& lookup, int kv_end,
+                                        int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar) {
+  constexpr int TILE_K = T::TILE_K, SLABS = T::SLABS;
+  constexpr int MAX_BOXES_PER_LANE = (TILE_K + 31) / 32;  // block size 1: TILE_K boxes of one row
+  const int lane = threadIdx.x % 32;
+  const int block = 1 << pk.block_shift;
+  const int box_rows = min(block, TILE_K), boxes = TILE_K / box_rows;
+  for (int t = 0; t < num_tiles; ++t) {
+    const RingPos<T::STAGES> pos(t);
+    // The slot rows of this lane's boxes: -1 past the end, the first slot of the
+    // box otherwise (read once, for K and for V).
+    int row[MAX_BOXES_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < MAX_BOXES_PER_LANE; ++i) {
+      const int b = lane + 32 * i, k0 = t * TILE_K + b * box_rows;
+      row[i] = b < boxes && k0 < kv_end ? static_cast<int>(KvLookup::slot(lookup.entry(k0, pk.block_shift), k0,
+                                                                           pk.block_shift))
+                                         : -1;
+    }
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {  // K, then V
+      Mbarrier& empty = which == 0 ? bar.empty_k[pos.slot] : bar.empty_v[pos.slot];
+      Mbarrier& full = which == 0 ? bar.full_k[pos.slot] : bar.full_v[pos.slot];
+      const TmaMap& box_map = which == 0 ? maps.k_box : maps.v_box;
+      const TmaMap& row_map = which == 0 ? maps.k_row : maps.v_row;
+      bf16* tile = (which == 0 ? k_s : v_s) + pos.slot * T::KV_ELEMS;  // [SLABS][TILE_K][64]
+      empty.wait(pos.empty_parity);
+      if (lane == 0) full.arrive_expect_tx(T::tile_bytes());
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < MAX_BOXES_PER_LANE; ++i) {
+        const int b = lane + 32 * i, k0 = t * TILE_K + b * box_rows;
+        if (b >= boxes) break;
+#pragma unroll
+        for (int h = 0; h < SLABS; ++h) {
+          bf16* dst = tile + h * TILE_K * 64 + b * box_rows * 64;
+          // TODO 3: copy box b: whole when it lies inside [0, kv_end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
+          (void)row_map;
+          if (t == 0 && b == 0 && h == 0) PA_TODO(3);
+          tma_load_3d(dst, box_map, 64 * h, lookup.kv_head, max(row[i], 0), full);  // placeholder: every box whole, slot 0 past the end
+        }
+      }
+    }
+  }
+}
+
+// Q's 64 rows of consumer c -> its rows of the Sw128 slabs [SLABS][ROWS][64],
+// by cp.async (a tile's rows are not one box of q when the group is padded).
+// Rows that are not real and dims past head_dim are zeros.
+template <class T>
+__device__ __forceinline__ void load_q_rows(bf16* q_s, const AttentionParams& p, const Packing& pk,
+                                            const QueryTile& qt, int c) {
+  constexpr int CHUNKS = T::HEAD_DIM / 8;
+  const int dims = p.kv.head_dim;
+  for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+    const int m = 64 * c + i / CHUNKS, chunk = i % CHUNKS;
+    const QueryTile::Row row = qt.row(pk, m);
+    const bool read = row.real && chunk * 8 < dims;
+    const bf16* src = read ? p.q + qt.q_row(p, pk, row) * dims + chunk * 8 : p.q;
+    cp_async_16(q_s + (chunk / 8) * T::ROWS * 64 + sw128(m, (chunk % 8) * 8), src, read);
+  }
+  cp_async_commit();
+}
+
+// Warp specialisation's register split: the producer keeps 24 registers a
+// thread, the consumers take 240 (24 x 128 + 2 x 240 x 128 <= 64K).
+constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+
+// Grid: (query tiles, num_kv_heads, num_requests), as stage 03's. Dynamic shared
+// memory: T::smem_bytes(). maps: a grid constant, so that TMA reads it in place.
+template <class T>
+__global__ void __launch_bounds__(T::NUM_THREADS, 1)
+    hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk) {
+  constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K;
+  constexpr int S_TILES = TILE_K / 8, O_TILES = HEAD_DIM / 8;
+  unsigned char* raw = dynamic_smem<unsigned char>();
+  bf16* q_s = reinterpret_cast<bf16*>(raw + (T::ALIGN - reinterpret_cast<uintptr_t>(raw) % T::ALIGN) % T::ALIGN);
+  bf16* k_s = q_s + T::Q_ELEMS;               // [STAGES][SLABS][TILE_K][64] Sw128
+  bf16* v_s = k_s + T::STAGES * T::KV_ELEMS;  // [STAGES][SLABS][TILE_K][64] Sw128
+  Barriers<T>& bar = *reinterpret_cast<Barriers<T>*>(v_s + T::STAGES * T::KV_ELEMS);
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+
+  QueryTile qt;
+  if (!qt.init<T>(p, pk, gridDim.x - 1 - blockIdx.x, blockIdx.z)) return;  // the whole program: no barrier yet
+  // The tile's keys: its causal range, [0, position of its last query + 1).
+  const int kv_end = stage03::warp_keys(qt, pk, 0).tile_kv_end;
+  const int num_tiles = (kv_end + TILE_K - 1) / TILE_K;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::STAGES; ++s) {
+      bar.full_k[s].init(1);  // the producer's arrive_expect_tx; the copies complete the bytes
+      bar.full_v[s].init(1);
+      bar.empty_k[s].init(128 * T::CONSUMERS);  // every consumer thread (see release)
+      bar.empty_v[s].init(128 * T::CONSUMERS);
+    }
+    for (int c = 0; c < T::CONSUMERS; ++c) {
+      bar.turn[c].init(128);     // the other consumer's threads hand over
+      bar.q_ready[c].init(128);  // every thread of consumer c, once its copies of Q landed
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();  // the last barrier of the whole program: from here the roles part
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (warp == 0) produce<T>(maps, pk, KvLookup(p, qt.r, qt.kv_head), kv_end, num_tiles, k_s, v_s, bar);
+    return;  // the copies complete on the consumers' barriers; the consumers outlive them
+  }
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int c = warpgroup - 1, other = 1 - c;
+  const int row_warp = 4 * c + warp;  // stage 03's warp index: rows 16 row_warp .. + 15 of the tile
+  const int g = lane / 4, t4 = lane % 4;
+
+  load_q_rows<T>(q_s, p, pk, qt, c);
+  cp_async_wait<0>();
+  fence_async_smem();  // this thread's Q is written; wgmma reads it through the async proxy
+  bar.q_ready[c].arrive();
+  bar.q_ready[c].wait(0);
+
+  // The causal limits of this lane's rows g and g + 8 (stage 03's mask).
+  int q_pos[2];
+  stage03::row_positions(qt, pk, row_warp, g, q_pos);
+  const WarpKeys wk = stage03::warp_keys(qt, pk, row_warp);
+  const stage03::CausalMask::Warp mask = stage03::CausalMask::for_warp(p, q_pos, wk, kv_end);
+
+  const bf16* q_wg = q_s + c * 64 * 64;  // this consumer's 64 rows in each Q slab
+  // Starts S = Q K^T of `tile` (64 rows x TILE_K keys, k-steps of 16 dims) as one group.
+  auto start_scores = [&](float(&s)[S_TILES][4], int tile) {
+    const bf16* k_tile = k_s + RingPos<T::STAGES>(tile).slot * T::KV_ELEMS;
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    wgmma_pin(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+      wgmma_ss_k_major_n<TILE_K>(s, q_wg + (ks / 4) * T::ROWS * 64, (ks % 4) * 16, k_tile + (ks / 4) * TILE_K * 64,
+                                 (ks % 4) * 16);
+    }
+    wgmma_commit();
+  };
+  FragSoftmax<O_TILES> sm;
+  sm.init();
+  // Finished scores of `tile` to weights in place; raises m and l (o waits for
+  // the product that adds to it: alpha is returned for rescale_o). Masked keys
+  // by select, on every tile: see the loop below for why there is no branch.
+  auto to_weights = [&](float(&s)[S_TILES][4], int tile, float(&alpha)[2]) {
+    const int kv_start = tile * TILE_K;
+#pragma unroll
+    for (int j = 0; j < S_TILES; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = mask.masked(kv_start + 8 * j + 2 * t4 + (e & 1), e >> 1) ? -INFINITY : s[j][e];
+      }
+    }
+    const bool moved = sm.raise_max_m_l(s, pk.scale_log2, alpha);
+    sm.weights(s, pk.scale_log2);
+    return moved;
+  };
+  // The weights as P's A fragments, straight from S's accumulators (as stage 03).
+  auto pack_weights = [&](const float(&s)[S_TILES][4], uint32_t(&pa)[TILE_K / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < TILE_K / 16; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+  float s[S_TILES][4];
+  uint32_t p_now[TILE_K / 16][4];  // P of the tile being added to O
+  float alpha[2];
+  // Starts O += P V of `tile` as one group: each 16-key slice of P against all
+  // HEAD_DIM columns of V in one product.
+  auto start_output = [&](int tile) {
+    const bf16* v_tile = v_s + RingPos<T::STAGES>(tile).slot * T::KV_ELEMS;
+    wgmma_pin(p_now);  // P and the rescaled O are in their registers before the fence
+    wgmma_pin(sm.o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < TILE_K / 16; ++kk) wgmma_rs_n_major<HEAD_DIM>(sm.o, p_now[kk], v_tile, TILE_K * 64, 16 * kk);
+    wgmma_commit();
+  };
+  // A consumer lets go of a slot once its products have read it, and hands
+  // the turn over once its products are issued. Every thread arrives: these
+  // sit between a step's first product and its last wait, where a branch (one
+  // elected thread) would cost the overlap (see the loop below).
+  auto release = [&](Mbarrier& empty) { empty.arrive(); };
+  // The ping-pong: consumer c's k-th products wait for the other's k-th hand-over
+  // (consumer 0's first turn is handed over before the loop).
+  uint32_t turns = 0;
+  auto take_turn = [&] { bar.turn[c].wait(turns++ & 1); };
+  auto hand_over = [&] { bar.turn[other].arrive(); };
+  if (c == 1) hand_over();  // consumer 0 goes first
+
+  bar.full_k[0].wait(0);
+  take_turn();
+  start_scores(s, 0);
+  hand_over();
+  wgmma_wait<0>();
+  wgmma_pin(s);
+  release(bar.empty_k[0]);
+  to_weights(s, 0, alpha);  // o is still zero: nothing to rescale
+  pack_weights(s, p_now);
+  // Every wait on a barrier (a loop) comes before a step's first product: ptxas
+  // tracks which wgmma group a wait retires only within straight-line code, and
+  // across a branch it serializes the products or waits for both groups before
+  // the softmax (going_further/warpgroup_prefix.cuh).
+  for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+    const RingPos<T::STAGES> now(tile), next(tile + 1);
+    bar.full_k[next.slot].wait(next.full_parity);
+    bar.full_v[now.slot].wait(now.full_parity);
+    take_turn();
+    start_scores(s, tile + 1);
+    start_output(tile);
+    hand_over();
+    wgmma_wait<1>();  // the scores of tile + 1 (P V may still run)
+    wgmma_pin(s);
+    const bool moved = to_weights(s, tile + 1, alpha);
+    wgmma_wait<0>();  // P V has finished: O may be rescaled and P's registers reused
+    wgmma_pin(sm.o);
+    wgmma_pin(p_now);
+    release(bar.empty_k[next.slot]);
+    release(bar.empty_v[now.slot]);
+    // TODO 4: the rescale between the two products: O, to which P V of this tile has just been added, takes the factors of tile + 1's new maxima (only where a row's max moved)
+    (void)moved;
+    if (threadIdx.x % 128 == 0 && tile == 0) PA_TODO(4);  // placeholder: O keeps the old scale
+    pack_weights(s, p_now);
+  }
+  {  // the last tile's P V
+    const RingPos<T::STAGES> last(num_tiles - 1);
+    bar.full_v[last.slot].wait(last.full_parity);
+    take_turn();
+    start_output(num_tiles - 1);
+    hand_over();
+    wgmma_wait<0>();
+    wgmma_pin(sm.o);
+  }
+  sm.sum_rows();
+
+  // Only real rows are stored (stage 03's WholeContext: final out and lse).
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const QueryTile::Row row = qt.row(pk, 16 * row_warp + g + 8 * i);
+    if (!row.real) continue;
+    stage03::WholeContext{}.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+  }
+}
+
+}  // namespace
+}  // namespace pa::stage09
