@@ -2,9 +2,8 @@
 // A (64 x 16 bf16) * B (16 x N bf16) for N = 64, 128 and 256, the shapes of a
 // prefill tile (stage 09): S = Q K^T over 128 keys at once, and O += P V over a
 // whole row of up to 256 dims in one instruction. A wider N reads A once for
-// more columns: at N = 64 the A and B operands of a k-step are as many bytes as
-// the tensor core can take from shared memory per product, so the products
-// wait for shared memory; at 128 and 256 they do not.
+// more columns: fewer shared-memory bytes per flop, which is what bounds the
+// narrow shapes of a warpgroup MMA.
 //
 // The register layouts are common/wgmma.cuh's (mma.sync m16n8k16's per warp),
 // with N / 8 n-tiles: d[j] = {D[g][8j+2t], D[g][8j+2t+1], D[g+8][8j+2t],

@@ -7,7 +7,8 @@ bench/torch_reference.py measured in the same run) and draws:
                      with the probe's read bandwidth as the floor line and, dotted, what a
                      plain streaming read of the same (bf16) bytes reaches with the same method
   long_context.png   the same for 32768-token contexts
-  prefill.png        causal prefill TFLOP/s per backend
+  prefill.png        causal prefill TFLOP/s per backend and case (one prompt of 4096 or 16384
+                     tokens; at 4096 also the group-16 shapes and 256-token blocks)
   quantized.png      decode step time at 4096 tokens: the bf16 kernel (stage 04) against the
                      8-bit caches (stage 05 backends), with each one's fraction of its own floor
   sinks.png          stage 08 at 4096 tokens: the time of learned sinks over split-KV
@@ -85,22 +86,29 @@ def plot_bandwidth(data, family, read_gbps, title, path, xlabel):
     return True
 
 
+def prefill_case(r):
+    """A prefill row's case: its length and what else its label names (shape, block size, contiguous)."""
+    extra = [part.replace(":", " ") for part in r["name"].split("/")[2:]
+             if not part.startswith(("batch:", "len:", "iterations:", "manual_time", "repeats:"))]
+    return int(r["fields"]["len"]), " ".join(extra)
+
+
 def plot_prefill(data, title, path):
     pts = [r for r in data if r["family"] == "prefill" and "TFLOPs" in r]
     if not pts:
         return False
-    lens = sorted({int(r["fields"]["len"]) for r in pts})
+    cases = sorted({prefill_case(r) for r in pts}, key=lambda c: (c[1] != "", c))
     backends = sorted({r["backend"] for r in pts})
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(cases)), 5))
     width = 0.8 / max(len(backends), 1)
     for i, name in enumerate(backends):
         ys = []
-        for n in lens:
-            m = [r["TFLOPs"] for r in pts if r["backend"] == name and int(r["fields"]["len"]) == n]
+        for case in cases:
+            m = [r["TFLOPs"] for r in pts if r["backend"] == name and prefill_case(r) == case]
             ys.append(m[0] if m else 0)
-        ax.bar([j + i * width for j in range(len(lens))], ys, width, label=name)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(lens))])
-    ax.set_xticklabels([f"1 x {n}" for n in lens])
+        ax.bar([j + i * width for j in range(len(cases))], ys, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
+    ax.set_xticklabels([f"1 x {n}" + (f"\n{extra}" if extra else "") for n, extra in cases], fontsize=8)
     ax.set_ylabel("causal TFLOP/s")
     ax.set_title(title)
     ax.legend(fontsize=8)

@@ -30,6 +30,10 @@ HEADLINE = [
     ("mixed", "chunks:2/decodes:30"),
     ("prefill", "batch:1/len:4096"),
     ("prefill", "batch:1/len:16384"),
+    ("prefill", "batch:1/len:4096/model:g16-d64"),    # stage 09's shapes: GQA group 16 at head_dim 64
+    ("prefill", "batch:1/len:4096/model:g16-d256"),   # and at head_dim 256,
+    ("prefill", "batch:1/len:4096/block:256"),        # 256-token blocks through a shuffled table
+    ("prefill", "batch:1/len:4096/block:256/contiguous"),  # and in one contiguous run
     ("gptoss", None),  # every case of the family: layer:full and layer:window128
     ("shapes", None),  # other models' shapes: Qwen3-235B (group 16), Phi-3-mini (head_dim 96)
 ]

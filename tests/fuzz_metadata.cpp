@@ -9,7 +9,7 @@
 // off by one, maxima below the data, num_tokens too small, a table or tensor
 // one element short or long, head counts not divisible, head_dim or
 // block_size unsupported, an unknown cache format. A batch that
-// DeviceBatch accepts then runs one stage (01-08, chosen by the bytes) with
+// DeviceBatch accepts then runs one stage (01-09, chosen by the bytes) with
 // stage-level options from the bytes too: window, sink tokens, split counts,
 // stage 07's force and prefix groups (valid or not).
 //
@@ -281,7 +281,7 @@ void mutate(Problem& p, Bytes& in) {
 // The stage options come from the input's first bytes (see run_one), so that
 // every input picks its stage, however much of the rest the batch consumed.
 void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>& valid_groups, Bytes& in) {
-  const int stage = in.range(1, 8);
+  const int stage = in.range(1, 9);
   AttentionParams params = db.params();
   if (in.one_in(4)) params.window = in.one_in(2) ? edge_int(in) : in.range(1, 64);
   if (in.one_in(4)) params.sink_tokens = in.one_in(2) ? edge_int(in) : in.range(1, 8);
@@ -301,7 +301,7 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
     for (int i = 0; i < nb; ++i) g.blocks.push_back(in.one_in(4) ? edge_int(in) : in.range(0, std::max(p.num_blocks - 1, 0)));
     groups.push_back(g);
   }
-  const char* names[] = {"", "stage 01", "stage 02", "stage 03", "stage 04", "stage 05", "stage 06", "stage 07", "stage 08", "engine cascade"};
+  const char* names[] = {"", "stage 01", "stage 02", "stage 03", "stage 04", "stage 05", "stage 06", "stage 07", "stage 08", "stage 09", "engine cascade"};
   int label = stage;  // names[label]: what ran
   try {
     switch (stage) {
@@ -316,9 +316,10 @@ void run_stage(const Problem& p, DeviceBatch& db, const std::vector<PrefixGroup>
       case 5: stage05::forward(params, nullptr, num_splits); break;
       case 6: stage06::forward(params, nullptr, num_splits); break;
       case 7: stage07::forward(params, stage07::plan(params, p.meta, groups, force)); break;
+      case 9: stage09::forward(params); break;
       default:
         if (in.one_in(2)) {
-          label = 9;  // the engine's cascade: stage 08's sinks over stage 07's plan
+          label = 10;  // the engine's cascade: stage 08's sinks over stage 07's plan
           engine::run_cascade(engine::plan_cascade(params, p.meta, groups, force), params);
         } else {
           stage08::forward(params, nullptr, num_splits);

@@ -291,7 +291,7 @@ TEST(BatchInvariantPlan, ForcedSplitCountsAreRefused) {
 }
 
 // Stage 03's tile follows the batch, and stage 07's prefix pass the group;
-// stages 04-06 and 08 teach their own idea and leave the mode to the engine.
+// stages 04-06, 08 and 09 teach their own idea and leave the mode to the engine.
 TEST(BatchInvariantRefused, StagesNameTheEngine) {
   const Problem p = make_problem(config(8, 2, 64, 16), milestone_requests(), {.seed = 2});
   DeviceBatch db(p);
@@ -301,6 +301,7 @@ TEST(BatchInvariantRefused, StagesNameTheEngine) {
   expect_error([&] { stage04::forward(a); }, "stage 04 has no batch-invariant mode of its own; the engine");
   expect_error([&] { stage06::forward(a); }, "stage 06 has no batch-invariant mode of its own; the engine");
   expect_error([&] { stage08::forward(a); }, "the engine");
+  expect_error([&] { stage09::forward(a); }, "stage 09 has no batch-invariant mode; the engine");
   {
     AttentionConfig int8 = config(8, 2, 64, 16);
     int8.kv_format = KvFormat::int8;

@@ -41,6 +41,7 @@ std::vector<StageRun> stage_runs() {
          stage07::forward(a, c);
        }},
       {"stage 08", false, [](const Problem&, const AttentionParams& a) { stage08::forward(a); }},
+      {"stage 09", false, [](const Problem&, const AttentionParams& a) { stage09::forward(a); }},
       {"engine", false, [](const Problem&, const AttentionParams& a) { engine::forward(a); }},
       {"engine", false,  // its cascade entry point
        [](const Problem& p, const AttentionParams& a) {

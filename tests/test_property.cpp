@@ -73,6 +73,7 @@ std::vector<StageRun> stage_runs(const Draw& d) {
        }},
       {"08 splits " + std::to_string(splits),
        [splits](const Problem&, DeviceBatch& db) { stage08::forward(db.params(), nullptr, splits); }},
+      {"09", [](const Problem&, DeviceBatch& db) { stage09::forward(db.params()); }},
   };
   // The engine composes what the stages teach apart (8-bit caches with windows
   // and sinks, batch-invariant mode, cascade with sinks).

@@ -1,7 +1,7 @@
 // crosscheck: does the CPU flavor compute what the GPU computes, bit for bit?
 //
-// A fixed, seeded set of small batches runs through every stage (01-08) and the
-// engine (listed as stage 09); each
+// A fixed, seeded set of small batches runs through every stage (01-09) and the
+// engine; each
 // output (out as bf16 bits, lse as fp32 bits) is written to, or compared with, a
 // binary reference file. The committed reference (bench/crosscheck/cpu_reference.bin)
 // comes from the CPU flavor; the GPU flavor compares against it.
@@ -13,7 +13,7 @@
 //
 // Plans that depend on the device are pinned so both flavors run the same
 // arithmetic: split counts are forced, stage 07 plans with force 0/1, and the
-// CPU flavor pretends to have an H200's 132 SMs (it sets CPUCUDA_WORKERS=132:
+// CPU flavor pretends to have an H200's 132 SMs (it sets CPUCUDA_SMS=132:
 // stage 07's prefix-split plan reads the SM count).
 #include <cmath>
 #include <cstdint>
@@ -37,6 +37,7 @@ namespace pa {
 namespace {
 
 constexpr int kH200Sms = 132;
+constexpr int kEngine = 10;  // XCase::stage of the engine's cases (after the stages)
 constexpr char kMagic[8] = {'P', 'A', 'X', 'C', 'H', 'K', '0', '1'};
 
 // Adversarial key data (stage 05's hard cases): applied to the full-precision
@@ -127,7 +128,8 @@ Record run_case(const XCase& c) {
       case 6: stage06::forward(a, nullptr, c.num_splits); break;
       case 7: stage07::forward(a, stage07::plan(a, p.meta, groups, c.force)); break;
       case 8: stage08::forward(a, nullptr, c.num_splits); break;
-      case 9:  // the engine: what the stages teach apart, composed
+      case 9: stage09::forward(a); break;
+      case kEngine:  // the engine: what the stages teach apart, composed
         if (!groups.empty()) {
           engine::run_cascade(engine::plan_cascade(a, p.meta, groups, c.force), a);
         } else {
@@ -174,6 +176,15 @@ std::vector<XCase> all_cases() {
     v.push_back({"decodes_g4_d128_b16_keys1e4", s, cfg_of(8, 2, 128, 16), decodes, 0, Keys::times1e4});
   }
 
+  // Stage 09: the same tile on TMA copies and wgmma; a prompt long enough for
+  // several key tiles through the ring, head_dims 64 / 128 / 256.
+  v.push_back({"milestone_g4_d128_b16", 9, cfg_of(8, 2, 128, 16), milestone_requests()});
+  v.push_back({"mixed_g3pad_d128_b16", 9, cfg_of(6, 2, 128, 16), small_mixed, 0, Keys::plain, 3});
+  v.push_back({"mixed_g1_d64_b1", 9, cfg_of(4, 4, 64, 1), small_mixed});
+  v.push_back({"decodes_g8_d256_b16", 9, cfg_of(8, 1, 256, 16), decodes});
+  v.push_back({"prefill300_g4_d128_b64", 9, cfg_of(8, 2, 128, 64), {{300, 300}}});
+  v.push_back({"prefill_g4_d256_b16_keys1e4", 9, cfg_of(8, 2, 256, 16), prefill, 0, Keys::times1e4});
+
   // Stage 04: bf16 decodes, 1 and several splits.
   for (int n : {1, 5}) {
     const std::string sp = "_s" + std::to_string(n);
@@ -185,9 +196,9 @@ std::vector<XCase> all_cases() {
 
   // Stage 05: the 8-bit formats; decodes with 1 and 5 splits, the adversarial
   // keys, and mixed / prefill batches (tiles). The same cases in bf16 run the
-  // engine (stage 9), which serves every format.
+  // engine, which serves every format.
   for (F f : {F::bf16, F::int8, F::fp8_e4m3}) {
-    const int st = f == F::bf16 ? 9 : 5;
+    const int st = f == F::bf16 ? kEngine : 5;
     const std::string t = std::string("_") + fmt_tag(f);
     for (int n : {1, 5}) {
       const std::string sp = "_s" + std::to_string(n);
@@ -207,7 +218,7 @@ std::vector<XCase> all_cases() {
   // Windows, over each format (stage 06: bf16; the engine: 8-bit); decodes split 1 and 5, and mixed tiles.
   for (F f : {F::bf16, F::int8, F::fp8_e4m3}) {
     const std::string t = std::string("_") + fmt_tag(f);
-    const int stage = f == F::bf16 ? 6 : 9;
+    const int stage = f == F::bf16 ? 6 : kEngine;
     for (int n : {1, 5}) {
       const std::string sp = "_s" + std::to_string(n);
       v.push_back({"window40_decodes_g4_d128_b16" + t + sp, stage, cfg_of(8, 2, 128, 16, f, 40), long_decodes, n});
@@ -220,7 +231,7 @@ std::vector<XCase> all_cases() {
   }
 
   // Stage 07: shared prefixes, cascaded and plain, bf16; with 8-bit caches the
-  // cascade is the engine's composition (case 9).
+  // cascade is the engine's composition.
   {
     XCase c{"prefix64_decodes_g4_d128_b16_cascade", 7, cfg_of(8, 2, 128, 16), shared_prefix_decodes(3, 64, 8, 16)};
     c.prefixes = {{{0, 1, 2}, 64}};
@@ -228,14 +239,14 @@ std::vector<XCase> all_cases() {
     c.name = "prefix64_decodes_g4_d128_b16_plain";
     c.force = 0;
     v.push_back(c);
-    XCase k{"prefix40_chunks_g4_d64_b16_int8_cascade", 9, cfg_of(8, 2, 64, 16, F::int8),
+    XCase k{"prefix40_chunks_g4_d64_b16_int8_cascade", kEngine, cfg_of(8, 2, 64, 16, F::int8),
             shared_prefix_requests(2, 40, min_suffix_len(40, 16) + 4, 6, 16)};
     k.prefixes = {{{0, 1}, 40}};
     v.push_back(k);
     XCase l{"prefix600_decodes_g2_d64_b16_cascade", 7, cfg_of(4, 2, 64, 16), shared_prefix_decodes(2, 600, 8, 16)};
     l.prefixes = {{{0, 1}, 600}};
     v.push_back(l);
-    XCase o{"prefix64_decodes_g4_d128_b16_fp8_outlier100_cascade", 9, cfg_of(8, 2, 128, 16, F::fp8_e4m3),
+    XCase o{"prefix64_decodes_g4_d128_b16_fp8_outlier100_cascade", kEngine, cfg_of(8, 2, 128, 16, F::fp8_e4m3),
             shared_prefix_decodes(3, 64, 8, 16), 0, Keys::outlier100};
     o.prefixes = {{{0, 1, 2}, 64}};
     v.push_back(o);
@@ -245,7 +256,7 @@ std::vector<XCase> all_cases() {
   // and without a window, on every path; the engine's cascade with sinks.
   for (F f : {F::bf16, F::int8}) {
     const std::string t = std::string("_") + fmt_tag(f);
-    const int stage = f == F::bf16 ? 8 : 9;
+    const int stage = f == F::bf16 ? 8 : kEngine;
     for (int n : {1, 3}) {
       const std::string sp = "_s" + std::to_string(n);
       v.push_back({"sinks_decodes_g4_d128_b16" + t + sp, stage, cfg_of(8, 2, 128, 16, f, 0, true), long_decodes, n});
@@ -257,7 +268,7 @@ std::vector<XCase> all_cases() {
     v.push_back({"window20_sinktok4_mixed_g4_d64_b1" + t, stage, cfg_of(8, 2, 64, 1, f, 20, false, 4), small_mixed});
   }
   {
-    XCase c{"sinks_prefix64_decodes_g4_d128_b16_cascade", 9, cfg_of(8, 2, 128, 16, F::bf16, 0, true),
+    XCase c{"sinks_prefix64_decodes_g4_d128_b16_cascade", kEngine, cfg_of(8, 2, 128, 16, F::bf16, 0, true),
             shared_prefix_decodes(3, 64, 8, 16)};
     c.prefixes = {{{0, 1, 2}, 64}};
     v.push_back(c);
@@ -265,11 +276,17 @@ std::vector<XCase> all_cases() {
   return v;
 }
 
-std::string key_of(const XCase& c) {
+std::string stage_name(int stage) {
+  if (stage == kEngine) return "engine";
   char buf[16];
-  std::snprintf(buf, sizeof buf, "%02d/", c.stage);
-  return buf + c.name;
+  std::snprintf(buf, sizeof buf, "%02d", stage);
+  return buf;
 }
+
+std::string key_of(const XCase& c) { return stage_name(c.stage) + "/" + c.name; }
+
+// "stage 05", or "engine": how the report names a case's code.
+std::string shown(int stage) { return stage == kEngine ? "engine" : "stage " + stage_name(stage); }
 
 // ---- the file: magic, count, then per case: key, error, out bits, lse bits ----
 
@@ -490,7 +507,7 @@ int main_impl(int argc, char** argv) {
     const bool same = line.rfind("identical", 0) == 0;
     s.identical += same;
     any_diff = any_diff || !same;
-    std::printf("stage %02d %-56s %s\n", cases[i].stage, cases[i].name.c_str(), line.c_str());
+    std::printf("%-8s %-56s %s\n", shown(cases[i].stage).c_str(), cases[i].name.c_str(), line.c_str());
   }
   for (const auto& [key, r] : ref) {
     bool found = false;
@@ -502,7 +519,7 @@ int main_impl(int argc, char** argv) {
   }
   std::printf("\n");
   for (const auto& [stage, s] : sums) {
-    std::printf("stage %02d: bitwise identical on %d of %d cases\n", stage, s.identical, s.total);
+    std::printf("%s: bitwise identical on %d of %d cases\n", shown(stage).c_str(), s.identical, s.total);
   }
   std::printf("build: %s\n", BUILD_MODE);
   if (any_diff && strict) {
@@ -523,7 +540,7 @@ int main_impl(int argc, char** argv) {
 int main(int argc, char** argv) {
 #if !defined(PA_GPU_BUILD)
   // Stage 07's prefix-split plan reads the SM count: pretend to be an H200, as the GPU run is.
-  setenv("CPUCUDA_WORKERS", "132", 1);
+  setenv("CPUCUDA_SMS", "132", 1);
 #endif
   try {
     return pa::main_impl(argc, argv);

@@ -22,6 +22,7 @@
 //
 // Environment:
 //   CPUCUDA_WORKERS=n        worker threads (default: hardware concurrency)
+//   CPUCUDA_SMS=n            the multiProcessorCount the device reports (default: the workers)
 //   CPUCUDA_STACK_KB=n       stack per CUDA thread in KiB (default 256)
 //   CPUCUDA_REVERSE_ORDER=1  run a block's fibers in reversed order, which exposes
 //                            missing barriers that the forward order hides
@@ -132,7 +133,8 @@ struct KernelError : std::runtime_error {
 void set_reverse_order(bool reverse);
 bool reverse_order();
 
-// Number of worker OS threads blocks are spread over (also multiProcessorCount).
+// Number of worker OS threads blocks are spread over (also multiProcessorCount,
+// unless CPUCUDA_SMS says otherwise).
 int num_workers();
 
 namespace detail {

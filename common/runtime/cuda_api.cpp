@@ -276,7 +276,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->totalConstMem = 64 * 1024;
   prop->major = 0;  // not a GPU: code that checks for sm_90 must not take the Hopper path
   prop->minor = 0;
-  prop->multiProcessorCount = workers;
+  // CPUCUDA_SMS: the SM count that plans read, apart from the workers that run
+  // the blocks (a plan made for an H200's 132 SMs without 132 threads' stacks).
+  const char* sms = std::getenv("CPUCUDA_SMS");
+  const int sms_n = sms ? std::atoi(sms) : 0;
+  prop->multiProcessorCount = sms_n > 0 ? sms_n : workers;
   prop->l2CacheSize = 50 * 1024 * 1024;  // an H200's, so L2-flush sizes in benchmarks stay meaningful
   prop->persistingL2CacheMaxSize = 0;
   prop->maxThreadsPerMultiProcessor = 2048;
