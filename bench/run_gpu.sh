@@ -6,7 +6,7 @@
 #
 #   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--skip-cascade]
 #                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX] [--bit-exact]
-#                           [--autotune]
+#                           [--autotune] [--tests REGEX] [--test-timeout S] [--skip-backends]
 #
 # --skip-bench skips bench_attention (and with it the PyTorch reference points and
 # summary.md: the results table and stage 08's targets);
@@ -17,6 +17,11 @@
 # (crosscheck_bit_exact.txt) and times the engine's rows in both builds, default,
 # bit-exact, default again (bit_exact.json, bit_exact.md: what the mode costs).
 #
+# --tests REGEX builds and runs only the test programs whose names match REGEX
+# (ctest -R; e.g. 'test_09|test_tma' for one stage and its machinery), and
+# checks only those stages under compute-sanitizer; --test-timeout bounds each
+# test program (default 900 s); --skip-backends skips the main job.
+#
 # GoogleTest / Google Benchmark are taken from the system, or from .deps/ (see
 # README) on machines without them.
 set -uo pipefail
@@ -24,7 +29,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
 skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 skip_cascade=0 bench_filter=. cascade_filter=. ncu_filter=
-bit_exact=0 autotune=0
+bit_exact=0 autotune=0 tests_regex= test_timeout=900 skip_backends=0
 while (($#)); do
   case $1 in
     --skip-tests) skip_tests=1 ;;
@@ -37,6 +42,9 @@ while (($#)); do
     --ncu) ncu_filter=$2; shift ;;
     --bit-exact) bit_exact=1 ;;
     --autotune) autotune=1 ;;
+    --tests) tests_regex=$2; shift ;;
+    --test-timeout) test_timeout=$2; shift ;;
+    --skip-backends) skip_backends=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -54,18 +62,31 @@ jobs=$(nproc)
 targets=()
 ((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention bench_cascade crosscheck)
 ((skip_tests && skip_sanitizer && autotune)) && targets+=(exercise_03_autotune_tuner)
-{ cmake --preset gpu && cmake --build --preset gpu -j "$jobs" "${targets[@]}"; } > "$out/build.log" 2>&1 || {
+cmake --preset gpu > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; echo "configure failed"; exit 1; }
+if [[ -n $tests_regex ]]; then
+  # The matching test programs (a ctest name is its program's target) and the benchmark programs.
+  mapfile -t picked < <(ctest --preset gpu -N -R "$tests_regex" | sed -nE 's/^ *Test +#[0-9]+: +([A-Za-z0-9_]+)$/\1/p')
+  ((${#picked[@]})) || { echo "--tests '$tests_regex' matches no test"; exit 2; }
+  echo "tests: ${picked[*]}"
+  targets=(--target "${picked[@]}" backends bench_attention bench_cascade crosscheck)
+  ((autotune)) && targets+=(exercise_03_autotune_tuner)
+fi
+cmake --build --preset gpu -j "$jobs" "${targets[@]}" >> "$out/build.log" 2>&1 || {
   tail -50 "$out/build.log"; echo "build failed"; exit 1; }
 
 if ((!skip_tests)); then
   step tests
-  ctest --preset gpu -j 4 --timeout 900 > "$out/tests.log" 2>&1 || status=1
+  ctest_args=()
+  [[ -n $tests_regex ]] && ctest_args=(-R "$tests_regex")
+  ctest --preset gpu -j 4 --timeout "$test_timeout" "${ctest_args[@]}" > "$out/tests.log" 2>&1 || status=1
   tail -25 "$out/tests.log"
 fi
 
 if ((!skip_sanitizer)) && command -v compute-sanitizer >/dev/null; then
   step compute-sanitizer
   for t in build/gpu/tests/test_0*_solutions; do
+    [[ -x $t ]] || continue
+    [[ -z $tests_regex ]] || [[ $(basename "$t") =~ $tests_regex ]] || continue
     compute-sanitizer --tool memcheck --error-exitcode 3 "$t" --gtest_filter='*Milestone_Group*:*Padding*:*Decode*Group*' \
       >> "$out/sanitizer.log" 2>&1 || { status=1; echo "memcheck failed: $t"; }
   done
@@ -88,9 +109,11 @@ build/gpu/bench/crosscheck/crosscheck --compare bench/crosscheck/cpu_reference.b
   echo "crosscheck could not run (see $out/crosscheck.txt)"
 grep -E "^stage [0-9]+: " "$out/crosscheck.txt" || true
 
-step backends
-build/gpu/bench/backends --out "$out/backends.jsonl" 2> "$out/backends.log" || status=1
-cat "$out/backends.jsonl"
+if ((!skip_backends)); then
+  step backends
+  build/gpu/bench/backends --out "$out/backends.jsonl" 2> "$out/backends.log" || status=1
+  cat "$out/backends.jsonl"
+fi
 
 if ((!skip_bench)); then
   step bench_attention
