@@ -330,6 +330,11 @@ TEST(TmaBox, OutOfBoundsElementsAreZeros) {
 TEST(TmaBox, InnerCoordinateOffAChunk) {
   const Tensor t(64, 2, 40, 0);
   expect_box(run_one_box(t, {64, 1, 16}, TmaSwizzle::none, 3, 0, 2), "none at (3,0,2)");
+}
+
+// The same, starting before the tensor (the first 3 elements are zeros), swizzled.
+TEST(TmaBox, NegativeInnerCoordinateSwizzled) {
+  const Tensor t(64, 2, 40, 0);
   expect_box(run_one_box(t, {64, 1, 16}, TmaSwizzle::b128, -3, 1, 2), "b128 at (-3,1,2)");
 }
 
