@@ -58,18 +58,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 
 step build
 jobs=$(nproc)
-# Without tests, only the benchmark programs are needed.
-targets=()
-((skip_tests && skip_sanitizer)) && targets=(--target backends bench_attention bench_cascade crosscheck)
-((skip_tests && skip_sanitizer && autotune)) && targets+=(exercise_03_autotune_tuner)
+# Without tests, only the benchmark programs are needed; with --tests, those
+# and the matching test programs (a ctest name is its program's target).
+programs=(backends bench_attention bench_cascade crosscheck)
+((autotune)) && programs+=(exercise_03_autotune_tuner)
 cmake --preset gpu > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; echo "configure failed"; exit 1; }
+targets=()
+((skip_tests && skip_sanitizer)) && targets=(--target "${programs[@]}")
 if [[ -n $tests_regex ]]; then
-  # The matching test programs (a ctest name is its program's target) and the benchmark programs.
   mapfile -t picked < <(ctest --preset gpu -N -R "$tests_regex" | sed -nE 's/^ *Test +#[0-9]+: +([A-Za-z0-9_]+)$/\1/p')
   ((${#picked[@]})) || { echo "--tests '$tests_regex' matches no test"; exit 2; }
   echo "tests: ${picked[*]}"
-  targets=(--target "${picked[@]}" backends bench_attention bench_cascade crosscheck)
-  ((autotune)) && targets+=(exercise_03_autotune_tuner)
+  targets=(--target "${picked[@]}" "${programs[@]}")
 fi
 cmake --build --preset gpu -j "$jobs" "${targets[@]}" >> "$out/build.log" 2>&1 || {
   tail -50 "$out/build.log"; echo "build failed"; exit 1; }
