@@ -5,7 +5,7 @@
 # and the plots; leave every log, JSON, PNG and markdown file in OUTDIR.
 #
 #   bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer] [--skip-bench] [--skip-torch] [--skip-cascade]
-#                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX] [--bit-exact]
+#                           [--bench-filter REGEX] [--cascade-filter REGEX] [--ncu REGEX] [--ncu-kernel REGEX] [--bit-exact]
 #                           [--autotune] [--tests REGEX] [--test-timeout S] [--skip-backends]
 #
 # --skip-bench skips bench_attention (and with it the PyTorch reference points and
@@ -16,6 +16,9 @@
 # crosscheck against bench/crosscheck/cpu_reference_bit_exact.bin
 # (crosscheck_bit_exact.txt) and times the engine's rows in both builds, default,
 # bit-exact, default again (bit_exact.json, bit_exact.md: what the mode costs).
+#
+# --ncu REGEX profiles, with Nsight Compute, the first launch of the kernel named by
+# --ncu-kernel (default gqa_packing_kernel, stage 03's) in the benchmarks matching REGEX.
 #
 # --tests REGEX builds and runs only the test programs whose names match REGEX
 # (ctest -R; e.g. 'test_09|test_tma' for one stage and its machinery), and
@@ -28,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_gpu.sh OUTDIR [--skip-tests] [--skip-sanitizer]}
 shift
-skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 skip_cascade=0 bench_filter=. cascade_filter=. ncu_filter=
+skip_tests=0 skip_sanitizer=0 skip_bench=0 skip_torch=0 skip_cascade=0 bench_filter=. cascade_filter=. ncu_filter= ncu_kernel=gqa_packing_kernel
 bit_exact=0 autotune=0 tests_regex= test_timeout=900 skip_backends=0
 while (($#)); do
   case $1 in
@@ -40,6 +43,7 @@ while (($#)); do
     --bench-filter) bench_filter=$2; shift ;;
     --cascade-filter) cascade_filter=$2; shift ;;
     --ncu) ncu_filter=$2; shift ;;
+    --ncu-kernel) ncu_kernel=$2; shift ;;
     --bit-exact) bit_exact=1 ;;
     --autotune) autotune=1 ;;
     --tests) tests_regex=$2; shift ;;
@@ -96,7 +100,7 @@ fi
 if [[ -n $ncu_filter ]] && command -v ncu >/dev/null; then
   # Nsight Compute on the first attention-kernel launch of each matching benchmark.
   step ncu "$ncu_filter"
-  ncu -k regex:gqa_packing_kernel -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+  ncu -k "regex:$ncu_kernel" -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
     --section InstructionStats --section SourceCounters \
     build/gpu/bench/bench_attention --benchmark_filter="$ncu_filter" --benchmark_min_time=0.001s > "$out/ncu.txt" 2>&1 || status=1

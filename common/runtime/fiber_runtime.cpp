@@ -1162,6 +1162,14 @@ void tma_load_3d(void* smem_dst, const void* map, int c0, int c1, int c2, uint64
   if (reinterpret_cast<uintptr_t>(smem_dst) & 127u) {
     CPUCUDA_FAIL(w, self, at() + ": the shared-memory destination is not 128-byte aligned");
   }
+  // Measured on an H100 (2026-12-05): a first coordinate whose bytes are not a
+  // multiple of 16 ends the kernel with an illegal instruction, with or without
+  // the swizzle, negative ones too (c0 = 8 or -8 lands; 1, 3, -3, -4 trap).
+  if ((static_cast<int64_t>(c0) * 2) % 16 != 0) {
+    CPUCUDA_FAIL(w, self,
+                 at() + ": the first coordinate must be a multiple of 8 elements (its bytes a multiple of 16, "
+                        "as the box's row is); a GPU stops the kernel with an illegal instruction here");
+  }
   const uint64_t bytes = uint64_t{c.map.box[0]} * c.map.box[1] * c.map.box[2] * 2u;
   if (bytes > static_cast<uint64_t>(kMbarMaxTx)) {
     CPUCUDA_FAIL(w, self,

@@ -326,18 +326,6 @@ TEST(TmaBox, OutOfBoundsElementsAreZeros) {
   }
 }
 
-// A first coordinate that is no multiple of 8 elements: rows start mid-chunk.
-TEST(TmaBox, InnerCoordinateOffAChunk) {
-  const Tensor t(64, 2, 40, 0);
-  expect_box(run_one_box(t, {64, 1, 16}, TmaSwizzle::none, 3, 0, 2), "none at (3,0,2)");
-}
-
-// The same, starting before the tensor (the first 3 elements are zeros), swizzled.
-TEST(TmaBox, NegativeInnerCoordinateSwizzled) {
-  const Tensor t(64, 2, 40, 0);
-  expect_box(run_one_box(t, {64, 1, 16}, TmaSwizzle::b128, -3, 1, 2), "b128 at (-3,1,2)");
-}
-
 // The swizzle follows the destination's shared address, not the box: only
 // 128-byte aligned, a box lands with the pattern of its address's bits [7:9].
 TEST(TmaBox, SwizzleFollowsTheSharedAddress) {
@@ -556,7 +544,7 @@ struct MisuseParams {
 };
 
 constexpr int kMisuseCopyLine = __LINE__ + 11;
-constexpr int kMisuseWaitLine = __LINE__ + 23;
+constexpr int kMisuseWaitLine = __LINE__ + 25;
 // A misuse picked by `which`, each the first error of its launch.
 __global__ void misuse_kernel(const __grid_constant__ MisuseParams p) {
   __shared__ pa::Mbarrier bar;
@@ -570,6 +558,8 @@ __global__ void misuse_kernel(const __grid_constant__ MisuseParams p) {
     case 1: pa::tma_load_3d(base, blank, 0, 0, 0, bar); break;       // not a map
     case 2: pa::tma_load_3d(base, p.map, 0, 0, 0, never_initialized); break;
     case 3: pa::tma_load_3d(base, p.huge, 0, 0, 0, bar); break;      // more than a phase's tx-count
+    case 7: pa::tma_load_3d(base, p.map, 3, 0, 2, bar); break;       // rows start mid-chunk
+    case 8: pa::tma_load_3d(base, p.map, -4, 1, 2, bar); break;      // the same, before the tensor
     default: {
       // 4: announces a row more than the box, 5: the box without its
       // out-of-bounds rows (it starts 8 rows before the tensor), 6: right.
@@ -608,9 +598,15 @@ TEST_F(TmaErrors, MisuseIsReported) {
   EXPECT_THAT(more, HasSubstr("still needs 0 of 1 arrivals and 128 bytes; this phase expect_tx announced 2176 "
                               "bytes"));
   EXPECT_THAT(more, HasSubstr("bulk copies delivered 2048"));
-  EXPECT_THAT(error_of(5), HasSubstr("the tensor copy of 2048 bytes issued at " + at_line(kMisuseCopyLine + 9) +
+  EXPECT_THAT(error_of(5), HasSubstr("the tensor copy of 2048 bytes issued at " + at_line(kMisuseCopyLine + 11) +
                                      " delivers more bytes than the phase of mbarrier #0"));
   EXPECT_EQ(error_of(6), "(no error)");
+  // A first coordinate off a 16-byte chunk: the CPU could land it, an H100
+  // stops the kernel with an illegal instruction (the whole-chunk ones, -8 and
+  // 8 among them, land: TmaBox.OutOfBoundsElementsAreZeros).
+  const std::string rule = ": the first coordinate must be a multiple of 8 elements (its bytes a multiple of 16";
+  EXPECT_THAT(error_of(7), HasSubstr(at_line(kMisuseCopyLine + 4) + ") of the box at (3,0,2)" + rule));
+  EXPECT_THAT(error_of(8), HasSubstr(at_line(kMisuseCopyLine + 5) + ") of the box at (-4,1,2)" + rule));
 }
 
 struct ReadParams {
