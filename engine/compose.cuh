@@ -16,6 +16,7 @@
 #include "going_further/batch_invariant.cuh"
 #include "solutions/06_sliding_window/sliding_window.cuh"
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
+#include "solutions/09_hopper_pipeline/hopper_pipeline.cuh"
 
 namespace pa::engine::detail {
 namespace {
@@ -37,6 +38,26 @@ inline stage08::SinkTokenSplits sink_token_splits(const Launch& l, const stage03
   s.window = l.p.window;
   s.block_shift = pk.block_shift;
   return s;
+}
+
+// ---- Stage 09's tile in place of stage 03's prefill tile.
+//
+// It stands in where the family's prefill tile is stage 03's bf16 tile, the
+// mask causal and the Slice whole contexts unadapted (no learned sinks): the
+// layers stage 09 serves. plan() chose it (Plan::hopper_prefill); the pool is
+// checked again here, as a plan does not pin num_blocks (stage 03's tile runs a
+// pool too large for a tensor copy's coordinates).
+template <class Tiles, class Mask, class Adapt>
+constexpr bool HOPPER_COMPOSES = std::is_same_v<typename Tiles::template Prefill<128>, stage03::Bf16Tiles::Prefill<128>> &&
+                                 std::is_same_v<Mask, stage03::CausalMask> && std::is_same_v<Adapt, stage03::SameSlice>;
+
+template <class Tiles, class Mask, class Adapt>
+bool hopper_prefill(const Plan& plan, const AttentionParams& p) {
+  if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
+    return plan.hopper_prefill && stage09::serves_layer(p);
+  } else {
+    return false;
+  }
 }
 
 // ---- The mixed path: a batch of prefill chunks and decodes, each on its own tile.
@@ -69,8 +90,8 @@ struct DecodesBesideChunks : further::InvariantSplits<Inner> {
 };
 
 template <class Tiles, class Mask, Slice SplitSlice, class Adapt>
-void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits, cudaStream_t stream,
-               const Adapt& adapt) {
+void run_mixed(const Plan& plan, const AttentionParams& p, const stage03::Packing& pk, const SplitSlice& splits,
+               cudaStream_t stream, const Adapt& adapt) {
   auto chunks = [&](const stage03::WholeContext& whole) {
     using Inner = std::decay_t<decltype(adapt(whole))>;
     StartsDecodes<Inner> s;
@@ -83,7 +104,13 @@ void run_mixed(const AttentionParams& p, const stage03::Packing& pk, const Split
   static_assert(after_prior_grid<std::decay_t<decltype(slice)>>, "the decodes start beside the chunks");
   const dim3 grid(splits.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, chunks);
+    if (hopper_prefill<Tiles, Mask, Adapt>(plan, p)) {
+      if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
+        stage09::launch_tiles<HEAD_DIM>(p, pk, stream, chunks(stage03::WholeContext{}));
+      }
+    } else {
+      stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, chunks);
+    }
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
       Tiles::template launch_tile<T, std::decay_t<decltype(slice)>, Mask>(p, pk, slice, grid, stream);
     });
@@ -258,6 +285,14 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
   switch (l.plan.path) {
     case Path::whole_tiles:
       stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
+        // stage03::dispatch_whole_context's choice, with stage 09's tile for the prefill one.
+        if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
+          const bool decode_tile = (p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS;
+          if (!decode_tile && hopper_prefill<Tiles, Mask, Adapt>(l.plan, p)) {
+            stage09::launch_tiles<HEAD_DIM>(p, pk, l.stream);
+            return;
+          }
+        }
         stage03::dispatch_whole_context<HEAD_DIM, Tiles, Mask>(p, pk, l.stream, adapt);
       });
       return;
@@ -283,9 +318,9 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
       return;
     case Path::mixed:
       if constexpr (SINK_TOKENS) {
-        run_mixed<Tiles, Mask>(p, pk, sink_token_splits(l, pk), l.stream, adapt);
+        run_mixed<Tiles, Mask>(l.plan, p, pk, sink_token_splits(l, pk), l.stream, adapt);
       } else {
-        run_mixed<Tiles, Mask>(p, pk, plan_splits(l), l.stream, adapt);
+        run_mixed<Tiles, Mask>(l.plan, p, pk, plan_splits(l), l.stream, adapt);
       }
       return;
     case Path::work_list:

@@ -2,7 +2,8 @@
 // runs its own idea; the engine composes every cache format (stage 05) with
 // every mask (stage 06's window, stage 08's sink tokens), learned sinks (stage
 // 08), whole query tiles (stage 03) and split-KV (stage 04), on the fastest tile
-// family of each format (bf16: stage 04's two-warp decode tile, going further).
+// family of each format (bf16: stage 04's two-warp decode tile, going further,
+// and stage 09's Hopper tile for prefill query tiles on an sm_90 GPU).
 //
 // Its interface has FlashInfer's plan/run shape, which is what a serving engine
 // embeds:
@@ -59,6 +60,15 @@ enum class Path : uint8_t {
 };
 const char* name(Path path);
 
+// Which tile runs the query tiles of prefill chunks (whole tiles and the
+// chunks of a mixed batch).
+enum class PrefillTiles : uint8_t {
+  automatic,  // stage 09's on an sm_90 GPU where it serves the layer, stage 03's elsewhere (the CPU included)
+  mma_sync,   // stage 03's 128-row tile (mma.sync), on any device
+  hopper,     // stage 09's (TMA, mbarriers, wgmma): bf16, causal, no window, no learned sinks, not batch-invariant;
+              //   an sm_90 GPU, or the CPU runtime (which emulates it: tests)
+};
+
 struct Options {
   int num_splits = 0;  // 0: the engine decides (stage 04's rule); 1..64 forces that many splits on the decodes
   int num_sms = 0;     // 0: the current device's SM count
@@ -73,6 +83,7 @@ struct Options {
   // count for every request. Causal decodes without sinks, windows or sink
   // tokens, and not with num_splits, a tuned table or batch-invariant mode.
   bool work_list = false;
+  PrefillTiles prefill_tiles = PrefillTiles::automatic;
 };
 
 // Made by plan(), read by run(). Plain data: copy it, keep it beside the workspace.
@@ -92,6 +103,7 @@ struct Plan {
   int items_per_wave = 0;   // work list: the items one wave of programs holds per KV head
   int span_keys = 0;        // the most keys a request reads (its context, or its window)
   bool tuned = false;       // num_splits came from Options::tuned's table, not from stage 04's rule
+  bool hopper_prefill = false;  // prefill query tiles on stage 09's tile (Options::prefill_tiles), not stage 03's
   size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D] (work list: rows 1)
   size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
   size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace

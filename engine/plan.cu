@@ -14,6 +14,7 @@
 #include "solutions/04_split_kv/split_kv.cuh"
 #include "going_further/batch_invariant.cuh"
 #include "solutions/06_sliding_window/sliding_window.cuh"
+#include "solutions/09_hopper_pipeline/hopper_pipeline.cuh"
 
 namespace pa::engine {
 namespace {
@@ -69,6 +70,34 @@ stage04::SplitPlan tuned_split_plan(int span_keys, int block_size, int num_split
   return stage04::SplitPlan{stage04::ceil_div(num_blocks, blocks_per_split), blocks_per_split};
 }
 
+// Whether the current device runs stage 09's sm_90a code: compute capability
+// 9.0 (the CPU runtime reports 0.0).
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  PA_CHECK(cudaGetDevice(&device));
+  PA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  PA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+// Options::prefill_tiles: whether a path that runs prefill query tiles runs
+// stage 09's. PrefillTiles::hopper is checked whatever the path.
+bool plans_hopper_prefill(const AttentionParams& p, PrefillTiles choice) {
+  switch (choice) {
+    case PrefillTiles::mma_sync: return false;
+    case PrefillTiles::automatic: return stage09::serves_layer(p) && device_is_sm90();
+    case PrefillTiles::hopper: break;
+  }
+  PA_REQUIRE(stage09::serves_layer(p),
+             "engine::plan: stage 09's prefill tile (PrefillTiles::hopper) serves bf16 caches with causal attention "
+             "only: no window, no learned sinks, not batch-invariant, at most 2^31 - 1 cache slots");
+#if defined(__CUDACC__)  // the CPU runtime emulates TMA, mbarriers and wgmma
+  PA_REQUIRE(device_is_sm90(), "engine::plan: stage 09's prefill tile (PrefillTiles::hopper) needs an sm_90 GPU "
+                               "(its code is sm_90a); this one is not");
+#endif
+  return true;
+}
+
 }  // namespace
 
 Bounds bounds_of(const BatchView& batch) {
@@ -100,6 +129,7 @@ std::string Plan::describe() const {
   if (sink_tokens > 0) s += ", " + std::to_string(sink_tokens) + " sink tokens";
   if (sinks) s += ", learned sinks";
   if (tuned) s += ", tuned";
+  if (hopper_prefill) s += ", Hopper prefill tiles";
   return s;
 }
 
@@ -196,6 +226,10 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
     pl.num_splits = 1;
     pl.keys_per_split = 0;
   }
+  // Query tiles of prefill chunks run on the whole-tiles and mixed paths (a
+  // batch whose tiles fit the decode tile's rows takes that one: compose.cuh).
+  const bool hopper = plans_hopper_prefill(p, options.prefill_tiles);
+  pl.hopper_prefill = hopper && ((pl.path == Path::whole_tiles && !decode) || pl.path == Path::mixed);
   const bool partials =
       pl.path == Path::invariant || pl.path == Path::mixed || pl.path == Path::work_list || pl.num_splits > 1;
   if (partials) {

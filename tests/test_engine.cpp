@@ -35,13 +35,18 @@ struct EngineCase {
   bool batch_invariant = false;
   bool work_list = false;  // Options::work_list
   int num_sms = 0;         // Options::num_sms (0: the device's)
+  engine::PrefillTiles prefill = engine::PrefillTiles::automatic;  // Options::prefill_tiles
 };
+
+const char* prefill_name(engine::PrefillTiles t) {
+  return t == engine::PrefillTiles::hopper ? ", Hopper prefill tiles" : t == engine::PrefillTiles::mma_sync ? ", mma.sync prefill tiles" : "";
+}
 
 std::string engine_case_name(const testing::TestParamInfo<EngineCase>& info) { return info.param.c.name; }
 void PrintTo(const EngineCase& k, std::ostream* os) {
   *os << k.c.name << " (" << k.c.cfg.describe() << ", num_splits " << k.num_splits
       << (k.batch_invariant ? ", batch-invariant" : "") << (k.work_list ? ", work list" : "")
-      << (k.num_sms ? ", " + std::to_string(k.num_sms) + " SMs" : "") << ")";
+      << (k.num_sms ? ", " + std::to_string(k.num_sms) + " SMs" : "") << prefill_name(k.prefill) << ")";
 }
 
 AttentionConfig with(AttentionConfig c, KvFormat f, int window = 0, int sink_tokens = 0, bool sinks = false) {
@@ -119,6 +124,27 @@ std::vector<EngineCase> engine_cases() {
                      kAuto,
                      true});
   }
+  // Prefill tiles on both tiles whatever the device picks by default (the CPU
+  // runtime runs stage 09's too): prompts, chunks beside decodes on the mixed
+  // path (stage 09's programs skip the decodes, which the decode tile serves),
+  // padded heads and head sizes, and a batch small enough for the decode tile.
+  const AttentionConfig g4 = config(8, 2, 128, 16);
+  for (const engine::PrefillTiles t : {engine::PrefillTiles::hopper, engine::PrefillTiles::mma_sync}) {
+    const std::string n = t == engine::PrefillTiles::hopper ? "Bf16_HopperPrefill_" : "Bf16_MmaSyncPrefill_";
+    auto add = [&](EngineCase e) {
+      e.c.name = n + e.c.name;
+      e.prefill = t;
+      cases.push_back(std::move(e));
+    };
+    add({{"Milestone", g4, milestone_requests()}});
+    add({{"Mixed_Splits3", g4, random_mixed_requests(5, 8, 300), BuildOptions{.seed = 5, .padding_rows = 2}}, 3});
+    add({{"Mixed_Group16_D96_Splits5", config(32, 2, 96, 16), {{1, 70}, {9, 200}, {1, 1}, {33, 33}, {1, 333}, {0, 12}}},
+         5});
+    add({{"Mixed_Auto_Group6_D64_Block1", config(12, 2, 64, 1), {{1, 90}, {40, 160}, {1, 7}, {0, 0}, {65, 65}},
+          BuildOptions{.seed = 11, .padding_rows = 1}}});
+    add({{"Prompts_Group2_D256_Block64", config(4, 2, 256, 64), {{150, 300}, {129, 129}}}});
+    add({{"Verify4_Group4_D128", g4, {{4, 50}, {1, 33}, {3, 3}}}});
+  }
   return cases;
 }
 
@@ -130,7 +156,10 @@ TEST_P(Engine, MatchesOracle) {
   DeviceBatch db(p);
   db.set_batch_invariant(k.batch_invariant);
   engine::forward(db.params(), nullptr,
-                  engine::Options{.num_splits = k.num_splits, .num_sms = k.num_sms, .work_list = k.work_list});
+                  engine::Options{.num_splits = k.num_splits,
+                                  .num_sms = k.num_sms,
+                                  .work_list = k.work_list,
+                                  .prefill_tiles = k.prefill});
   expect_device_matches_oracle(p, db, "case " + k.c.name, reference_attention(p));
   if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, "case " + k.c.name + ": ");
 }
@@ -382,6 +411,47 @@ TEST(EnginePlan, RefusesBadOptionsAndBounds) {
   dinv.batch_invariant = true;
   expect_error([&] { engine::plan(dinv, engine::bounds_of(dinv.batch), engine::Options{.num_splits = 2}); },
                "num_splits must be 0");
+}
+
+// Which tile runs prefill query tiles: stage 09's only where it serves the
+// layer and a path runs such tiles, on an sm_90 GPU unless asked for (the CPU
+// runtime runs it when asked); a request it cannot serve is refused.
+TEST(EnginePlan, ChoosesThePrefillTile) {
+  using engine::PrefillTiles;
+  const Problem p = make_problem(config(8, 2, 128, 16), milestone_requests());
+  DeviceBatch db(p);
+  const engine::Bounds b = engine::bounds_of(db.params().batch);
+  const engine::Plan hopper = engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::hopper});
+  EXPECT_TRUE(hopper.hopper_prefill) << hopper.describe();
+  EXPECT_NE(hopper.describe().find("Hopper prefill tiles"), std::string::npos) << hopper.describe();
+  EXPECT_FALSE(engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::mma_sync}).hopper_prefill);
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  EXPECT_EQ(engine::plan(db.params(), b).hopper_prefill, major == 9 && minor == 0)
+      << "automatic: stage 09's tile exactly on an sm_90 device (the CPU runtime reports " << major << "." << minor
+      << ")";
+  // A decode batch runs no prefill tile, whatever was asked.
+  const Problem d = make_problem(config(8, 2, 128, 16), ragged_decodes());
+  DeviceBatch dd(d);
+  EXPECT_FALSE(engine::plan(dd.params(), engine::bounds_of(dd.params().batch), {.prefill_tiles = PrefillTiles::hopper})
+                   .hopper_prefill);
+  // Layers stage 09 does not serve: automatic falls back, hopper is refused.
+  const std::string refusal = "stage 09's prefill tile (PrefillTiles::hopper) serves bf16 caches with causal";
+  AttentionParams windowed = db.params();
+  windowed.window = 64;
+  EXPECT_FALSE(engine::plan(windowed, b).hopper_prefill);
+  expect_error([&] { engine::plan(windowed, b, {.prefill_tiles = PrefillTiles::hopper}); }, refusal);
+  AttentionParams invariant = db.params();
+  invariant.batch_invariant = true;
+  expect_error([&] { engine::plan(invariant, b, {.prefill_tiles = PrefillTiles::hopper}); }, refusal);
+  AttentionConfig int8 = config(8, 2, 128, 16);
+  int8.kv_format = KvFormat::int8;
+  const Problem q = make_problem(int8, milestone_requests());
+  DeviceBatch dq(q);
+  EXPECT_FALSE(engine::plan(dq.params(), b).hopper_prefill);
+  expect_error([&] { engine::plan(dq.params(), b, {.prefill_tiles = PrefillTiles::hopper}); }, refusal);
 }
 
 // The work list's grid is sized from the bounds alone: at most T + R items per

@@ -40,30 +40,11 @@ void check_protocol() {
   }
 }
 
-// K and V of the pool as [slots][num_kv_heads][head_dim] (a slot's row of one
-// head is head_dim contiguous values), in boxes of one block's rows (at most
-// tile_k) and of one row, 64 dims wide, landing in the 128-byte swizzle.
-TmaMaps make_maps(const AttentionParams& p, int tile_k) {
-  const uint64_t slots = static_cast<uint64_t>(p.kv.num_blocks) * p.kv.block_size;
-  const uint64_t dims[3] = {static_cast<uint64_t>(p.kv.head_dim), static_cast<uint64_t>(p.kv.num_kv_heads), slots};
-  const uint64_t strides[2] = {sizeof(bf16) * p.kv.head_dim, sizeof(bf16) * p.kv.head_dim * p.kv.num_kv_heads};
-  const uint32_t box_rows = static_cast<uint32_t>(std::min(p.kv.block_size, tile_k));
-  const uint32_t box[3] = {64, 1, box_rows}, row[3] = {64, 1, 1};
-  TmaMaps maps;
-  maps.k_box = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, box, TmaSwizzle::b128);
-  maps.v_box = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, box, TmaSwizzle::b128);
-  maps.k_row = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, row, TmaSwizzle::b128);
-  maps.v_row = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, row, TmaSwizzle::b128);
-  return maps;
-}
-
 template <int HEAD_DIM>
 void run(const AttentionParams& p, const Packing& pk, cudaStream_t stream) {
   using T = HopperTile<HEAD_DIM>;
   check_protocol<T>();
-  const dim3 grid(stage03::query_tiles(p.batch.max_query_len, pk, T::ROWS), p.kv.num_kv_heads, p.batch.num_requests);
-  launch(hopper_pipeline_kernel<T>, grid, dim3(T::NUM_THREADS), T::smem_bytes(), stream, make_maps(p, T::TILE_K), p,
-         pk);
+  launch_tiles<HEAD_DIM>(p, pk, stream);
 }
 
 }  // namespace

@@ -36,6 +36,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "common/attention_params.h"
 #include "common/check.h"
@@ -198,9 +200,13 @@ constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 
 // Grid: (query tiles, num_kv_heads, num_requests), as stage 03's. Dynamic shared
 // memory: T::smem_bytes(). maps: a grid constant, so that TMA reads it in place.
-template <class T>
+// slice: stage 03's Slice, whole contexts (WholeContext or an adapter of it: the
+// engine's serves only some requests, and lets a dependent grid start).
+template <class T, Slice S = stage03::WholeContext>
 __global__ void __launch_bounds__(T::NUM_THREADS, 1)
-    hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk) {
+    hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk, S slice) {
+  static_assert(std::is_base_of_v<stage03::WholeContext, S> && !after_prior_grid<S>,
+                "the tile reads its whole causal range and starts with its grid");
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K;
   constexpr int S_TILES = TILE_K / 8, O_TILES = HEAD_DIM / 8;
   unsigned char* raw = dynamic_smem<unsigned char>();
@@ -211,7 +217,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
 
   QueryTile qt;
-  if (!qt.init<T>(p, pk, gridDim.x - 1 - blockIdx.x, blockIdx.z)) return;  // the whole program: no barrier yet
+  // The whole program returns: no barrier yet.
+  if (!qt.init<T>(p, pk, slice.query_tile(), request_of(slice)) || !serves(slice, qt.q_len)) return;
   // The tile's keys: its causal range, [0, position of its last query + 1).
   const int kv_end = stage03::warp_keys(qt, pk, 0).tile_kv_end;
   const int num_tiles = (kv_end + TILE_K - 1) / TILE_K;
@@ -372,8 +379,41 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   for (int i = 0; i < 2; ++i) {
     const QueryTile::Row row = qt.row(pk, 16 * row_warp + g + 8 * i);
     if (!row.real) continue;
-    stage03::WholeContext{}.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
   }
+}
+
+// Host. K and V of the pool as [slots][num_kv_heads][head_dim] (a slot's row of
+// one head is head_dim contiguous values), in boxes of one block's rows (at
+// most tile_k) and of one row, 64 dims wide, landing in the 128-byte swizzle.
+inline TmaMaps make_maps(const AttentionParams& p, int tile_k) {
+  const uint64_t slots = static_cast<uint64_t>(p.kv.num_blocks) * p.kv.block_size;
+  const uint64_t dims[3] = {static_cast<uint64_t>(p.kv.head_dim), static_cast<uint64_t>(p.kv.num_kv_heads), slots};
+  const uint64_t strides[2] = {sizeof(bf16) * p.kv.head_dim, sizeof(bf16) * p.kv.head_dim * p.kv.num_kv_heads};
+  const uint32_t box_rows = static_cast<uint32_t>(std::min(p.kv.block_size, tile_k));
+  const uint32_t box[3] = {64, 1, box_rows}, row[3] = {64, 1, 1};
+  TmaMaps maps;
+  maps.k_box = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, box, TmaSwizzle::b128);
+  maps.v_box = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, box, TmaSwizzle::b128);
+  maps.k_row = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, row, TmaSwizzle::b128);
+  maps.v_row = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, row, TmaSwizzle::b128);
+  return maps;
+}
+
+// Host: whether the tile serves p's layer: plain causal attention over a bf16
+// cache whose slots a tensor copy's 32-bit coordinate addresses.
+inline bool serves_layer(const AttentionParams& p) {
+  return p.window == 0 && p.sinks == nullptr && p.kv.format == KvFormat::bf16 && !p.batch_invariant &&
+         static_cast<int64_t>(p.kv.num_blocks) * p.kv.block_size <= std::numeric_limits<int32_t>::max();
+}
+
+// Host: one program per (query tile, KV head, request) of p's batch, for slice.
+template <int HEAD_DIM, Slice S = stage03::WholeContext>
+void launch_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const S& slice = {}) {
+  using T = HopperTile<HEAD_DIM>;
+  const dim3 grid(stage03::query_tiles(p.batch.max_query_len, pk, T::ROWS), p.kv.num_kv_heads, p.batch.num_requests);
+  launch(hopper_pipeline_kernel<T, S>, grid, dim3(T::NUM_THREADS), T::smem_bytes(), stream, make_maps(p, T::TILE_K), p,
+         pk, slice);
 }
 
 }  // namespace
