@@ -36,8 +36,8 @@
 //     of them with an error code, the CPU runtime has no driver);
 //   - the destination is 128-byte aligned shared memory, room for the box;
 //   - the first coordinate c0 is a multiple of 8 elements (16 bytes, as a
-//     box row is), negative ones too: an H100 stops the kernel with an
-//     illegal instruction on any other (measured, with and without swizzle);
+//     box row is), negative ones too: a GPU stops the kernel with an
+//     illegal instruction on any other, with or without the swizzle;
 //   - bar has been initialized, and its phase is announced the box's bytes
 //     (box[0] * box[1] * box[2] * 2), all of them even where the box reaches
 //     outside the tensor: the zeros are delivered bytes too;
@@ -102,7 +102,8 @@ TmaMap make_tma_map_2byte_3d(const void* base, const uint64_t (&dims)[3], const 
 // laid out per the map's swizzle; see the top of this file) and completes the
 // box's bytes of bar's tx-count, the whole box's even where it lies outside
 // the tensor. Elements outside the tensor land as zeros; coordinates may be
-// negative, c0 a multiple of 8 (see the rules above). `map` is the kernel's __grid_constant__ parameter itself.
+// negative, c0 a multiple of 8 (see the rules above). `map` is the kernel's
+// __grid_constant__ parameter itself.
 __device__ __forceinline__ void tma_load_3d(void* smem_dst /* 128-byte aligned */, const TmaMap& map, int c0, int c1,
                                             int c2, Mbarrier& bar PA_TMA_LOC_PARAM) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

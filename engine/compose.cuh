@@ -48,16 +48,12 @@ inline stage08::SinkTokenSplits sink_token_splits(const Launch& l, const stage03
 // checked again here, as a plan does not pin num_blocks (stage 03's tile runs a
 // pool too large for a tensor copy's coordinates).
 template <class Tiles, class Mask, class Adapt>
-constexpr bool HOPPER_COMPOSES = std::is_same_v<typename Tiles::template Prefill<128>, stage03::Bf16Tiles::Prefill<128>> &&
-                                 std::is_same_v<Mask, stage03::CausalMask> && std::is_same_v<Adapt, stage03::SameSlice>;
+constexpr bool HOPPER_COMPOSES =
+    std::is_same_v<typename Tiles::template Prefill<128>, stage03::Bf16Tiles::Prefill<128>> &&
+    std::is_same_v<Mask, stage03::CausalMask> && std::is_same_v<Adapt, stage03::SameSlice>;
 
-template <class Tiles, class Mask, class Adapt>
-bool hopper_prefill(const Plan& plan, const AttentionParams& p) {
-  if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
-    return plan.hopper_prefill && stage09::serves_layer(p);
-  } else {
-    return false;
-  }
+inline bool hopper_prefill(const Plan& plan, const AttentionParams& p) {
+  return plan.hopper_prefill && stage09::serves_layer(p);
 }
 
 // ---- The mixed path: a batch of prefill chunks and decodes, each on its own tile.
@@ -104,11 +100,12 @@ void run_mixed(const Plan& plan, const AttentionParams& p, const stage03::Packin
   static_assert(after_prior_grid<std::decay_t<decltype(slice)>>, "the decodes start beside the chunks");
   const dim3 grid(splits.num_splits, p.kv.num_kv_heads, p.batch.num_requests);
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-    if (hopper_prefill<Tiles, Mask, Adapt>(plan, p)) {
-      if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
-        stage09::launch_tiles<HEAD_DIM>(p, pk, stream, chunks(stage03::WholeContext{}));
-      }
-    } else {
+    bool on_hopper = false;
+    if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
+      on_hopper = hopper_prefill(plan, p);
+      if (on_hopper) stage09::launch_tiles<HEAD_DIM>(p, pk, stream, chunks(stage03::WholeContext{}));
+    }
+    if (!on_hopper) {
       stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, chunks);
     }
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
@@ -288,7 +285,7 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
         // stage03::dispatch_whole_context's choice, with stage 09's tile for the prefill one.
         if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
           const bool decode_tile = (p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS;
-          if (!decode_tile && hopper_prefill<Tiles, Mask, Adapt>(l.plan, p)) {
+          if (!decode_tile && hopper_prefill(l.plan, p)) {
             stage09::launch_tiles<HEAD_DIM>(p, pk, l.stream);
             return;
           }

@@ -1162,9 +1162,7 @@ void tma_load_3d(void* smem_dst, const void* map, int c0, int c1, int c2, uint64
   if (reinterpret_cast<uintptr_t>(smem_dst) & 127u) {
     CPUCUDA_FAIL(w, self, at() + ": the shared-memory destination is not 128-byte aligned");
   }
-  // Measured on an H100 (2026-12-05): a first coordinate whose bytes are not a
-  // multiple of 16 ends the kernel with an illegal instruction, with or without
-  // the swizzle, negative ones too (c0 = 8 or -8 lands; 1, 3, -3, -4 trap).
+  // A GPU traps on a first coordinate off a 16-byte chunk (common/tma.cuh's rules).
   if ((static_cast<int64_t>(c0) * 2) % 16 != 0) {
     CPUCUDA_FAIL(w, self,
                  at() + ": the first coordinate must be a multiple of 8 elements (its bytes a multiple of 16, "

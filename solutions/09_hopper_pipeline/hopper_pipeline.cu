@@ -4,9 +4,7 @@
 // The kernel is in hopper_pipeline.cuh. This file checks the batch, makes the
 // tensor maps over the paged pool and launches one program per (query tile,
 // KV head, request), as stage 03 launches its 128-row tile.
-#include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "common/batch_ops.h"
@@ -58,7 +56,7 @@ void forward(const AttentionParams& p, cudaStream_t stream) {
   PA_REQUIRE(!p.batch_invariant,
              "stage 09 has no batch-invariant mode; the engine (engine/engine.h) has the mode");
   // TMA coordinates are 32-bit signed: the pool's slots are one of them.
-  PA_REQUIRE(static_cast<int64_t>(p.kv.num_blocks) * p.kv.block_size <= std::numeric_limits<int32_t>::max(),
+  PA_REQUIRE(slots_fit_coordinates(p),
              "stage 09: the pool holds " + std::to_string(static_cast<int64_t>(p.kv.num_blocks) * p.kv.block_size) +
                  " slots; a tensor copy addresses at most 2^31 - 1");
   check_device_batch(p, "stage 09", stream);

@@ -400,11 +400,16 @@ inline TmaMaps make_maps(const AttentionParams& p, int tile_k) {
   return maps;
 }
 
+// Host: whether a tensor copy's 32-bit signed coordinate addresses every slot of the pool.
+inline bool slots_fit_coordinates(const AttentionParams& p) {
+  return static_cast<int64_t>(p.kv.num_blocks) * p.kv.block_size <= std::numeric_limits<int32_t>::max();
+}
+
 // Host: whether the tile serves p's layer: plain causal attention over a bf16
-// cache whose slots a tensor copy's 32-bit coordinate addresses.
+// cache whose slots its copies address (forward() names each refusal).
 inline bool serves_layer(const AttentionParams& p) {
   return p.window == 0 && p.sinks == nullptr && p.kv.format == KvFormat::bf16 && !p.batch_invariant &&
-         static_cast<int64_t>(p.kv.num_blocks) * p.kv.block_size <= std::numeric_limits<int32_t>::max();
+         slots_fit_coordinates(p);
 }
 
 // Host: one program per (query tile, KV head, request) of p's batch, for slice.
