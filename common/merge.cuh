@@ -62,6 +62,8 @@ template <class S>
 concept DeclaresSkipsEmpty = requires { S::SKIPS_EMPTY; };
 template <class S>
 concept DeclaresAfterPartials = requires { &S::after_partials; };
+template <class S>
+concept DeclaresRowPartials = requires { &S::row_partials; };
 
 // What merge_partials_kernel asks of a source of partials:
 //  - Row row(p, r, h): the row program (r, h) merges (Row derives from
@@ -71,6 +73,8 @@ concept DeclaresAfterPartials = requires { &S::after_partials; };
 //  - SoftmaxState<4> partial(p, row, i, chunk): partial i (0 <= i <
 //    num_partials()) of the row, for the thread's four dims (chunk.load reads
 //    them): SoftmaxState<4>::partial(lse_i, o_i);
+//  - optional: int row_partials(row), a row's own count (<= num_partials(),
+//    >= 0), where rows have fewer partials than the bound (the engine's work list);
 //  - optional: static constexpr bool SKIPS_EMPTY (skips_empty below);
 //  - optional: after_partials(p, row, acc, chunk), which merges more into acc
 //    once the partials are merged (stage 07's prefix partials; the default
@@ -90,6 +94,9 @@ concept PartialSource =
     (!DeclaresSkipsEmpty<S> || requires {
       requires std::same_as<decltype(S::SKIPS_EMPTY), const bool>;
       typename std::bool_constant<S::SKIPS_EMPTY>;
+    }) &&
+    (!DeclaresRowPartials<S> || requires(const S& s, const typename S::Row& row) {
+      { s.row_partials(row) } -> std::same_as<int>;
     }) &&
     (!DeclaresAfterPartials<S> || requires(const S& s, const AttentionParams& p, const typename S::Row& row,
                                            SoftmaxState<4>& acc, const MergeChunk& chunk) {
@@ -112,6 +119,18 @@ template <PartialSource S>
 __device__ __forceinline__ void after_partials(const S& src, const AttentionParams& p, const typename S::Row& row,
                                                SoftmaxState<4>& acc, const MergeChunk& chunk) {
   if constexpr (DeclaresAfterPartials<S>) src.after_partials(p, row, acc, chunk);
+}
+
+// How many partials the fold of `row` reads: its own count where the source
+// declares one, else every row's num_partials().
+template <PartialSource S>
+__device__ __forceinline__ int partials_of(const S& src, const typename S::Row& row) {
+  if constexpr (DeclaresRowPartials<S>) {
+    return src.row_partials(row);
+  } else {
+    (void)row;
+    return src.num_partials();
+  }
 }
 
 // ---- The kernel
@@ -139,7 +158,7 @@ __global__ void __launch_bounds__(LANES * (HEAD_DIM / 4)) merge_partials_kernel(
   // for prerequisite grids still in flight, and stream order has finished the
   // kernel before this one), and on the CPU runtime it is nothing.
   wait_for_prior_grid();
-  const int count = src.num_partials();
+  const int count = partials_of(src, row);
   SoftmaxState<4> acc;  // this thread's partials so far
   acc.init();
   for (int i0 = lane; i0 < count; i0 += LANES * MERGE_BATCH) {

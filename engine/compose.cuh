@@ -145,32 +145,57 @@ struct WorkList {
     return p.batch.query_start_loc[r + 1] - p.batch.query_start_loc[r] == 1;
   }
 
+  // The walk below runs one warp wide: every lane of the calling warps calls
+  // it, lane l reads requests l, l + 32, ... (the tiles and the merge call it
+  // before any branch, with whole warps). A serial walk read the batch's
+  // lengths one after the other: 2 R dependent loads before a program's first
+  // key, which cost uniform batches more the more requests they had.
+
   // K: the keys per item this batch's lengths give.
   __device__ __forceinline__ int item_keys(const AttentionParams& p) const {
+    const int lane = threadIdx.x % 32;
     long long total = 0;
-    for (int r = 0; r < p.batch.num_requests; ++r) {
+    for (int r = lane; r < p.batch.num_requests; r += 32) {
       if (is_decode(p, r)) total += p.batch.seq_lens[r];
     }
+#pragma unroll
+    for (int d = 16; d >= 1; d /= 2) total += __shfl_xor_sync(0xffffffffu, total, d);
     const long long per_item = (total + items_per_wave - 1) / items_per_wave;
     const long long k = per_item > min_keys ? per_item : min_keys;
     return static_cast<int>((k + block_size - 1) / block_size * block_size);
   }
 
   // The requests in order, each with its items, until stop(r, first, count)
-  // holds: that request's entry (past the last request: an idle one).
+  // holds: that request's entry (past the last request: an idle one). stop
+  // must hold for every request after the first one it holds for, or for
+  // that one alone: the first of each 32 that satisfies it is taken.
   template <class Stop>
   __device__ __forceinline__ WorkItem walk(const AttentionParams& p, Stop stop) const {
     const int k = item_keys(p);
-    int first = 0;
-    for (int r = 0; r < p.batch.num_requests; ++r) {
+    const int lane = threadIdx.x % 32;
+    int first = 0;  // items of the requests before this round of 32
+    for (int r0 = 0; r0 < p.batch.num_requests; r0 += 32) {
+      const int r = r0 + lane;
       int count = 0, keys = 0;
-      if (is_decode(p, r)) {
+      if (r < p.batch.num_requests && is_decode(p, r)) {
         const int seq_len = p.batch.seq_lens[r];
         count = max(1, seq_len / k);
         keys = ((seq_len + count - 1) / count + block_size - 1) / block_size * block_size;
       }
-      if (stop(r, first, count)) return {r, first, count, keys};
-      first += count;
+      int inclusive = count;  // items of requests r0 .. r
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const int below = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += below;
+      }
+      const int r_first = first + inclusive - count;
+      const unsigned hits = __ballot_sync(0xffffffffu, r < p.batch.num_requests && stop(r, r_first, count));
+      if (hits != 0) {
+        const int src = __ffs(static_cast<int>(hits)) - 1;
+        return {r0 + src, __shfl_sync(0xffffffffu, r_first, src), __shfl_sync(0xffffffffu, count, src),
+                __shfl_sync(0xffffffffu, keys, src)};
+      }
+      first += __shfl_sync(0xffffffffu, inclusive, 31);
     }
     return {0, first, 0, 0};
   }
@@ -214,9 +239,7 @@ struct WorkListSplits : WorkList {
 };
 static_assert(Slice<WorkListSplits>);
 
-// The items' partials as the merge reads them: row (r, h) merges r's n_r items
-// (the loop runs to the plan's item bound; the slots past n_r are empty states,
-// never read).
+// The items' partials as the merge reads them: row (r, h) merges r's n_r items.
 struct WorkListPartials : WorkList {
   const float* part_o;    // [items, Hq, head_dim]
   const float* part_lse;  // [items, Hq]
@@ -234,6 +257,8 @@ struct WorkListPartials : WorkList {
   }
 
   __device__ __forceinline__ int num_partials() const { return num_items; }
+  // The row's own count: its fold stops at n_r items, not at the plan's bound.
+  __device__ __forceinline__ int row_partials(const Row& row) const { return row.count; }
 
   __device__ __forceinline__ SoftmaxState<4> partial(const AttentionParams& p, const Row& row, int i,
                                                      const MergeChunk& chunk) const {

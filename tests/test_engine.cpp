@@ -113,6 +113,12 @@ std::vector<EngineCase> engine_cases() {
     wl("Group24_D128_PrefillTile", config(48, 2, 128, 16), {{1, 1200}, {1, 40}});
     wl("D256", config(8, 2, 256, 16), {{1, 1500}, {1, 1}, {1, 257}});
     wl("OneSm_ItemBound", g4, {{1, 3000}, {1, 900}, {1, 33}, {1, 2}}, 1);
+    // More requests than a warp's lanes: the walk over the batch takes three
+    // rounds of 32, and items land in each (a long context in the last one).
+    std::vector<RequestShape> many;
+    for (int i = 0; i < 70; ++i) many.push_back(i % 17 == 5 ? RequestShape{0, 0} : RequestShape{1, 1 + 37 * i % 401});
+    many[66] = {1, 3500};
+    wl("SeventyRequests_LongInTheThirdWarpRound", g4, many);
     // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
     cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
     cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
