@@ -106,6 +106,10 @@ __host__ __device__ __forceinline__ float exact_exp2(float x) {
 __host__ __device__ __forceinline__ float softmax_exp2(float x) {
 #if defined(PA_BIT_EXACT) && PA_BIT_EXACT
   return exact_exp2(x);
+#elif defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 #else
   return exp2f(x);
 #endif

@@ -279,14 +279,15 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   sm.init();
   // Finished scores of `tile` to weights in place; raises m and l (o waits for
   // the product that adds to it: alpha is returned for rescale_o). Masked keys
-  // by select, on every tile: see the loop below for why there is no branch.
-  auto to_weights = [&](float(&s)[S_TILES][4], int tile, float(&alpha)[2]) {
+  // by select, on the tiles that cross the warpgroup's diagonal (mask_keys, a
+  // constant of each call: see the loops below for why there is no branch).
+  auto to_weights = [&](bool mask_keys, float(&s)[S_TILES][4], int tile, float(&alpha)[2]) {
     const int kv_start = tile * TILE_K;
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j][e] = mask.masked(kv_start + 8 * j + 2 * t4 + (e & 1), e >> 1) ? -INFINITY : s[j][e];
+        if (mask_keys) s[j][e] = mask.masked(kv_start + 8 * j + 2 * t4 + (e & 1), e >> 1) ? -INFINITY : s[j][e];
       }
     }
     const bool moved = sm.raise_max_m_l(s, pk.scale_log2, alpha);
@@ -336,13 +337,14 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   wgmma_wait<0>();
   wgmma_pin(s);
   release(bar.empty_k[0]);
-  to_weights(s, 0, alpha);  // o is still zero: nothing to rescale
+  to_weights(true, s, 0, alpha);  // o is still zero: nothing to rescale
   pack_weights(s, p_now);
   // Every wait on a barrier (a loop) comes before a step's first product: ptxas
   // tracks which wgmma group a wait retires only within straight-line code, and
   // across a branch it serializes the products or waits for both groups before
   // the softmax (going_further/warpgroup_prefix.cuh).
-  for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+  // One step: tile's P V and the scores of tile + 1.
+  auto step = [&](bool mask_keys, int tile) {
     const RingPos<T::STAGES> now(tile), next(tile + 1);
     bar.full_k[next.slot].wait(next.full_parity);
     bar.full_v[now.slot].wait(now.full_parity);
@@ -352,7 +354,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     hand_over();
     wgmma_wait<1>();  // the scores of tile + 1 (P V may still run)
     wgmma_pin(s);
-    const bool moved = to_weights(s, tile + 1, alpha);
+    const bool moved = to_weights(mask_keys, s, tile + 1, alpha);
     wgmma_wait<0>();  // P V has finished: O may be rescaled and P's registers reused
     wgmma_pin(sm.o);
     wgmma_pin(p_now);
@@ -362,7 +364,14 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     (void)moved;
     if (threadIdx.x % 128 == 0 && tile == 0) PA_TODO(4);  // placeholder: O keeps the old scale
     pack_weights(s, p_now);
-  }
+  };
+  // Tiles below masked_from lie wholly under the diagonal of the warpgroup's
+  // oldest row: no key of theirs is masked for any of its 64 rows.
+  const int unmasked = stage03::CausalMask::for_warp(p, q_pos, stage03::warp_keys(qt, pk, 4 * c), kv_end).unmasked_end;
+  const int masked_from = max(1, min(num_tiles, unmasked / TILE_K));
+  int tile = 0;
+  for (; tile + 1 < masked_from; ++tile) step(false, tile);
+  for (; tile + 1 < num_tiles; ++tile) step(true, tile);
   {  // the last tile's P V
     const RingPos<T::STAGES> last(num_tiles - 1);
     bar.full_v[last.slot].wait(last.full_parity);
