@@ -460,9 +460,10 @@ def hopper_targets(run):
 
 def hopper_unmeasured(run):
     """The stage's table when the committed run predates the stage: a sentence, not a table of dashes."""
-    return ("This run has no `09_hopper_pipeline` rows: the committed measurements predate the stage. On an H100 "
-            "or H200, `bash cmake/course.sh backends gpu` times it, and `bench/run_gpu.sh` writes the JSON this "
-            "table is made from.")
+    return ("This run has no `09_hopper_pipeline` rows: the committed measurements predate the stage (its H100 "
+            "runs are in the [lab notes](../../notes/09_hopper_pipeline.md)). On an H100 or H200, "
+            "`bash cmake/course.sh backends gpu` times it, and `bench/run_gpu.sh` writes the JSON this table is "
+            "made from.")
 
 
 STAGES["09_hopper_pipeline"] = {
