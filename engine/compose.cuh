@@ -145,6 +145,16 @@ struct WorkList {
     return p.batch.query_start_loc[r + 1] - p.batch.query_start_loc[r] == 1;
   }
 
+  // The keys decode r reads: all of its context, or with a window from the
+  // block holding the window's first key (stage 06's first_key), as the tile's
+  // key range begins there.
+  __device__ __forceinline__ int decode_keys(const AttentionParams& p, int r) const {
+    const int seq_len = p.batch.seq_lens[r];
+    if (p.window == 0 || seq_len == 0) return seq_len;
+    const int first = stage06::SlidingWindow::oldest_visible_key(p, seq_len - 1) / block_size * block_size;
+    return seq_len - first;
+  }
+
   // The walk below runs one warp wide: every lane of the calling warps calls
   // it, lane l reads requests l, l + 32, ... (the tiles and the merge call it
   // before any branch, with whole warps). A serial walk read the batch's
@@ -156,7 +166,7 @@ struct WorkList {
     const int lane = threadIdx.x % 32;
     long long total = 0;
     for (int r = lane; r < p.batch.num_requests; r += 32) {
-      if (is_decode(p, r)) total += p.batch.seq_lens[r];
+      if (is_decode(p, r)) total += decode_keys(p, r);
     }
 #pragma unroll
     for (int d = 16; d >= 1; d /= 2) total += __shfl_xor_sync(0xffffffffu, total, d);
@@ -178,9 +188,9 @@ struct WorkList {
       const int r = r0 + lane;
       int count = 0, keys = 0;
       if (r < p.batch.num_requests && is_decode(p, r)) {
-        const int seq_len = p.batch.seq_lens[r];
-        count = max(1, seq_len / k);
-        keys = ((seq_len + count - 1) / count + block_size - 1) / block_size * block_size;
+        const int span = decode_keys(p, r);
+        count = max(1, span / k);
+        keys = ((span + count - 1) / count + block_size - 1) / block_size * block_size;
       }
       int inclusive = count;  // items of requests r0 .. r
 #pragma unroll
@@ -277,7 +287,7 @@ static_assert(PartialSource<WorkListPartials>);
 
 template <class Tiles, class Mask, class Adapt>
 void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
-  const AttentionParams& p = l.p;  // plan() took the work list only without sinks, a window or sink tokens
+  const AttentionParams& p = l.p;  // plan() took the work list only without learned sinks or sink tokens
   if (p.batch.num_requests == 0) return;
   const WorkList list{l.plan.items_per_wave, l.plan.keys_per_split, p.kv.block_size};
   WorkListSplits splits;
@@ -346,7 +356,9 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
       }
       return;
     case Path::work_list:
-      if constexpr (std::is_same_v<Mask, stage03::CausalMask>) run_work_list<Tiles, Mask>(l, pk, adapt);
+      if constexpr (std::is_same_v<Mask, stage03::CausalMask> || std::is_same_v<Mask, stage06::SlidingWindow>) {
+        run_work_list<Tiles, Mask>(l, pk, adapt);
+      }
       return;
     case Path::invariant:
       further::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);

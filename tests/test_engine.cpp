@@ -101,8 +101,10 @@ std::vector<EngineCase> engine_cases() {
     // tile (the 128-row tile for groups above 16), block size 1, requests
     // without queries, padding rows; with one SM the item count, not the
     // minimum item length, bounds the cut.
-    auto wl = [&](const std::string& name, AttentionConfig cfg, std::vector<RequestShape> req, int sms = 0) {
-      EngineCase e{{n + "WorkList_" + name, with(cfg, f), std::move(req), BuildOptions{.seed = 9, .padding_rows = 2}}};
+    auto wl = [&](const std::string& name, AttentionConfig cfg, std::vector<RequestShape> req, int sms = 0,
+                  int window = 0) {
+      EngineCase e{
+          {n + "WorkList_" + name, with(cfg, f, window), std::move(req), BuildOptions{.seed = 9, .padding_rows = 2}}};
       e.work_list = true;
       e.num_sms = sms;
       cases.push_back(e);
@@ -119,6 +121,12 @@ std::vector<EngineCase> engine_cases() {
     for (int i = 0; i < 70; ++i) many.push_back(i % 17 == 5 ? RequestShape{0, 0} : RequestShape{1, 1 + 37 * i % 401});
     many[66] = {1, 3500};
     wl("SeventyRequests_LongInTheThirdWarpRound", g4, many);
+    // With a window, a context is cut over the keys its decode reads: from the
+    // block that holds the window's first key (here not on a block boundary)
+    // to its end; contexts shorter than the window read all of theirs.
+    wl("Window100_Ragged", g4, {{1, 70}, {1, 3000}, {1, 1}, {1, 33}, {1, 130}}, 0, 100);
+    wl("Window1000_OneSm_ManyItemsInTheWindow", g4, {{1, 5003}, {1, 900}, {1, 1030}, {0, 0}, {1, 2}}, 1, 1000);
+    wl("Window77_Group3_D64_Block1", config(6, 2, 64, 1), {{1, 2500}, {1, 20}, {1, 78}, {1, 300}}, 0, 77);
     // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
     cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
     cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
@@ -477,10 +485,12 @@ TEST(EnginePlan, WorkListSizesItsGridFromTheBounds) {
   const Problem m = make_problem(config(8, 2, 64, 16), milestone_requests());
   DeviceBatch dm(m);
   expect_error([&] { engine::plan(dm.params(), engine::bounds_of(dm.params().batch), wl); },
-               "the work list serves causal decode batches (every q_len <= 1)");
+               "the work list serves decode batches (every q_len <= 1)");
   AttentionParams windowed = db.params();
   windowed.window = 64;
-  expect_error([&] { engine::plan(windowed, b, wl); }, "without a window, sink tokens or learned sinks");
+  EXPECT_EQ(engine::plan(windowed, b, wl).path, engine::Path::work_list) << "a window is cut like a context";
+  windowed.sink_tokens = 4;
+  expect_error([&] { engine::plan(windowed, b, wl); }, "without sink tokens or learned sinks");
   AttentionParams invariant = db.params();
   invariant.batch_invariant = true;
   expect_error([&] { engine::plan(invariant, b, wl); }, "outside batch-invariant mode");
