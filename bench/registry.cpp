@@ -97,6 +97,11 @@ const std::vector<Backend>& backends() {
        [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
          return engine_step(db, engine::Options{.work_list = true});
        }},
+      // The same over a window's keys (bench_attention's window rows).
+      {"engine_work_list_window", work_list_serves, nullptr, [](AttentionConfig& c) { c.window = kBenchWindow; },
+       [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+         return engine_step(db, engine::Options{.work_list = true});
+       }},
 #if PA_HAVE_CUDNN
       // The vendor's answer: cuDNN's fused attention on the same paged cache,
       // read in place (bench/vendor_cudnn.h). Its graph is built per batch
