@@ -249,21 +249,33 @@ struct WorkListSplits : WorkList {
 };
 static_assert(Slice<WorkListSplits>);
 
-// The items' partials as the merge reads them: row (r, h) merges r's n_r items.
+// The items' partials as the merge reads them: row (r, h) merges r's n_r items,
+// then the learned sink of head h, if any (stage 08's sink state: no item
+// knows whether it is its request's first, so the merge adds it, once a row).
 struct WorkListPartials : WorkList {
   const float* part_o;    // [items, Hq, head_dim]
   const float* part_lse;  // [items, Hq]
+  const float* sinks;     // [Hq] natural-log logits, or null
   int num_items;
 
   struct Row : MergeRow {
     size_t part_row0;  // first item * Hq + h
     int count;
+    int head;
   };
 
   __device__ __forceinline__ Row row(const AttentionParams& p, int r, int h) const {
     const WorkItem it = request_items(p, r);
     const size_t token = p.batch.query_start_loc[r];
-    return {{it.count > 0, token * p.num_q_heads + h}, static_cast<size_t>(it.first) * p.num_q_heads + h, it.count};
+    return {{it.count > 0, token * p.num_q_heads + h}, static_cast<size_t>(it.first) * p.num_q_heads + h, it.count, h};
+  }
+
+  __device__ __forceinline__ void after_partials(const AttentionParams&, const Row& row, SoftmaxState<4>& acc,
+                                                 const MergeChunk&) const {
+    if (sinks == nullptr) return;
+    SoftmaxState<4> sink;
+    sink.init_with_sink(sinks[row.head] * LOG2E);
+    acc.merge(sink);
   }
 
   __device__ __forceinline__ int num_partials() const { return num_items; }
@@ -287,7 +299,7 @@ static_assert(PartialSource<WorkListPartials>);
 
 template <class Tiles, class Mask, class Adapt>
 void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
-  const AttentionParams& p = l.p;  // plan() took the work list only without learned sinks or sink tokens
+  const AttentionParams& p = l.p;  // plan() took the work list only without sink tokens
   if (p.batch.num_requests == 0) return;
   const WorkList list{l.plan.items_per_wave, l.plan.keys_per_split, p.kv.block_size};
   WorkListSplits splits;
@@ -295,7 +307,15 @@ void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& ada
   splits.part_o = l.part_o;
   splits.part_lse = l.part_lse;
   splits.params = p;
-  const auto slice = adapt(splits);
+  // Learned sinks join in the merge (WorkListPartials), not in the items.
+  constexpr bool SINKS = std::is_same_v<Adapt, stage08::AddSinks>;
+  const auto slice = [&] {
+    if constexpr (SINKS) {
+      return splits;
+    } else {
+      return adapt(splits);
+    }
+  }();
   const dim3 grid(l.plan.num_splits, p.kv.num_kv_heads, 1);
   stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
     stage04::with_decode_tile<Tiles, HEAD_DIM>(pk, [&]<class T>() {
@@ -305,6 +325,8 @@ void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& ada
     static_cast<WorkList&>(src) = list;
     src.part_o = l.part_o;
     src.part_lse = l.part_lse;
+    src.sinks = nullptr;
+    if constexpr (SINKS) src.sinks = adapt.sinks;
     src.num_items = l.plan.num_splits;
     launch_merge_dependent<HEAD_DIM, stage04::MERGE_LANES<HEAD_DIM>>(p, src, l.stream);
   });

@@ -184,8 +184,8 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
   if (options.work_list) {
     const std::string why = "engine::plan: the work list serves decode batches ";
     PA_REQUIRE(decode, why + "(every q_len <= 1); these bounds allow queries of " + str(b.max_query_len) + " tokens");
-    PA_REQUIRE((p.window == 0 || p.sink_tokens == 0) && p.sinks == nullptr,
-               why + "without sink tokens or learned sinks (they keep their split paths)");
+    PA_REQUIRE(p.window == 0 || p.sink_tokens == 0,
+               why + "without sink tokens (they keep stage 08's split of their own)");
     PA_REQUIRE(!p.batch_invariant, why + "outside batch-invariant mode, whose splits are fixed in keys");
     PA_REQUIRE(options.num_splits == 0 && options.tuned == nullptr,
                why + "with its own cut: num_splits must be 0 and no tuned table given");

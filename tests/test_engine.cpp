@@ -102,9 +102,9 @@ std::vector<EngineCase> engine_cases() {
     // without queries, padding rows; with one SM the item count, not the
     // minimum item length, bounds the cut.
     auto wl = [&](const std::string& name, AttentionConfig cfg, std::vector<RequestShape> req, int sms = 0,
-                  int window = 0) {
-      EngineCase e{
-          {n + "WorkList_" + name, with(cfg, f, window), std::move(req), BuildOptions{.seed = 9, .padding_rows = 2}}};
+                  int window = 0, bool sinks = false) {
+      EngineCase e{{n + "WorkList_" + name, with(cfg, f, window, 0, sinks), std::move(req),
+                    BuildOptions{.seed = 9, .padding_rows = 2}}};
       e.work_list = true;
       e.num_sms = sms;
       cases.push_back(e);
@@ -127,6 +127,10 @@ std::vector<EngineCase> engine_cases() {
     wl("Window100_Ragged", g4, {{1, 70}, {1, 3000}, {1, 1}, {1, 33}, {1, 130}}, 0, 100);
     wl("Window1000_OneSm_ManyItemsInTheWindow", g4, {{1, 5003}, {1, 900}, {1, 1030}, {0, 0}, {1, 2}}, 1, 1000);
     wl("Window77_Group3_D64_Block1", config(6, 2, 64, 1), {{1, 2500}, {1, 20}, {1, 78}, {1, 300}}, 0, 77);
+    // Learned sinks: once a row, however many items its context was cut into
+    // (the long context into many on one SM), with and without a window.
+    wl("Sinks_OneSm_ManyItems", g4, {{1, 3000}, {1, 900}, {1, 33}, {0, 0}, {1, 2}}, 1, 0, true);
+    wl("Sinks_Window200_Ragged", g4, {{1, 70}, {1, 3000}, {1, 1}, {1, 130}}, 0, 200, true);
     // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
     cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
     cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
@@ -490,7 +494,7 @@ TEST(EnginePlan, WorkListSizesItsGridFromTheBounds) {
   windowed.window = 64;
   EXPECT_EQ(engine::plan(windowed, b, wl).path, engine::Path::work_list) << "a window is cut like a context";
   windowed.sink_tokens = 4;
-  expect_error([&] { engine::plan(windowed, b, wl); }, "without sink tokens or learned sinks");
+  expect_error([&] { engine::plan(windowed, b, wl); }, "without sink tokens");
   AttentionParams invariant = db.params();
   invariant.batch_invariant = true;
   expect_error([&] { engine::plan(invariant, b, wl); }, "outside batch-invariant mode");
