@@ -23,6 +23,14 @@
 
 #include "common/wgmma.cuh"
 
+#if !defined(__CUDACC__)
+#include <source_location>
+#define PA_WGMMA_WIDE_LOC_PARAM , std::source_location pa_loc_ = std::source_location::current()
+#define PA_WGMMA_WIDE_LOC pa_loc_.file_name(), static_cast<int>(pa_loc_.line())
+#else
+#define PA_WGMMA_WIDE_LOC_PARAM
+#endif
+
 namespace pa {
 namespace wgmma_detail {
 
@@ -30,13 +38,6 @@ template <int N>
 struct Width {};
 
 #if PA_WGMMA
-// Descriptor of an Sw128 operand at p whose n-values continue in slabs
-// `lbo_bytes` apart (N-major), or of a K-major operand (lbo unused).
-__device__ __forceinline__ uint64_t sw128_descriptor(const void* p, uint32_t lbo_bytes) {
-  const uint64_t start = (smem_u32(p) & 0x3FFFF) >> 4;
-  return start | (uint64_t{(lbo_bytes >> 4) & 0x3FFF} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-
 template <int TRANS_B>
 __device__ __forceinline__ void issue_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b_desc, Width<64>) {
   issue<TRANS_B>(d, a, b_desc);
@@ -198,39 +199,118 @@ __device__ __forceinline__ void emulate_n(float (&d)[N / 8][4], const uint32_t (
 
 }  // namespace wgmma_detail
 
+// An Sw128 operand of the products below: where in shared memory a product
+// reads it, made once and moved along the operand for each product. On sm_90a
+// it is the operand's descriptor: a move adds its 16-byte units to the
+// descriptor's start field (one integer add; the start stays below 2^14 units,
+// shared memory being under 256 KB, so nothing carries into the next field).
+// Building each product's descriptor from its address instead (conversion,
+// mask, shift and fields) cost a third of stage 09's pipelined step in integer
+// instructions. Elsewhere it is the slab and column that the emulation reads,
+// and its reads are checked as the CPU runtime checks a tensor core's.
+class Sw128Operand {
+ public:
+  // K-major: rows of 64 k-values (Q, or a K tile in Q K^T).
+  __device__ __forceinline__ static Sw128Operand k_major(const bf16* slab) { return Sw128Operand(slab, 0); }
+  // N-major: rows of k (keys), their n-values (dims) 64 a slab, slabs
+  // slab_elems values apart (a V tile in P V).
+  __device__ __forceinline__ static Sw128Operand n_major(const bf16* slabs, int slab_elems) {
+    return Sw128Operand(slabs, slab_elems);
+  }
+  // r rows further on, r a multiple of 8 (whole 1024-byte atoms: a slab, a
+  // ring slot, 8 or 16 keys).
+  __device__ __forceinline__ Sw128Operand rows(int r) const {
+    Sw128Operand o = *this;
+#if PA_WGMMA
+    o.lo_ += static_cast<uint32_t>(r) * (128 / 16);
+#else
+    o.slab_ += r * 64;
+#endif
+    return o;
+  }
+  // k values further along each row, k a multiple of 16 below 64 (a k-step
+  // of K-major operands: the hardware swizzles the address it computes).
+  __device__ __forceinline__ Sw128Operand cols(int k) const {
+    Sw128Operand o = *this;
+#if PA_WGMMA
+    o.lo_ += static_cast<uint32_t>(k) * 2 / 16;
+#else
+    o.k_off_ += k;
+#endif
+    return o;
+  }
+
+#if PA_WGMMA
+  __device__ __forceinline__ uint64_t descriptor() const { return (uint64_t{HI} << 32) | lo_; }
+#else
+  const bf16* slab() const { return slab_; }
+  int k_off() const { return k_off_; }
+  int slab_elems() const { return slab_elems_; }
+#endif
+
+ private:
+  __device__ __forceinline__ Sw128Operand(const bf16* slab, int slab_elems) {
+#if PA_WGMMA
+    // Low word: start address / 16, and the leading byte offset / 16 (the
+    // distance between slabs for N-major; unused, 16, for K-major).
+    const uint32_t lbo = slab_elems ? static_cast<uint32_t>(slab_elems) * 2 : 16u;
+    lo_ = ((smem_u32(slab) & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16);
+#else
+    slab_ = slab, k_off_ = 0, slab_elems_ = slab_elems;
+#endif
+  }
+#if PA_WGMMA
+  // High word: 1024 bytes between 8-row groups (stride byte offset / 16), layout 1 = 128-byte swizzle.
+  static constexpr uint32_t HI = (1024 >> 4) | (1u << 30);
+  uint32_t lo_;
+#else
+  const bf16* slab_;
+  int k_off_, slab_elems_;
+#endif
+};
+
 // d (64 x N) += A * B with A in registers (P's 16 keys, an mma.sync A fragment
-// per warp) and B[k][n] = V row row_off + k, dim n, of a tile stored as Sw128
-// slabs [N / 64][rows][64] slab_elems apart; row_off a multiple of 8 (P V).
+// per warp) and B[k][n] = V row k, dim n, of v: 16 rows of an N-major operand
+// (its N / 64 slabs) (P V).
 template <int N>
-__device__ __forceinline__ void wgmma_rs_n_major(float (&d)[N / 8][4], const uint32_t (&a)[4], const bf16* slabs,
-                                                 int slab_elems, int row_off) {
+__device__ __forceinline__ void wgmma_rs_n_major(float (&d)[N / 8][4], const uint32_t (&a)[4],
+                                                 const Sw128Operand& v PA_WGMMA_WIDE_LOC_PARAM) {
   static_assert(N == 64 || N == 128 || N == 256, "m64nNk16 for N = 64, 128, 256");
 #if PA_WGMMA
-  wgmma_detail::issue_rs<1>(d, a, wgmma_detail::sw128_descriptor(slabs + row_off * 64, slab_elems * 2),
-                            wgmma_detail::Width<N>{});
+  wgmma_detail::issue_rs<1>(d, a, v.descriptor(), wgmma_detail::Width<N>{});
 #else
+#if !defined(__CUDACC__)
+  for (int h = 0; h < N / 64; ++h) {
+    wgmma_detail::check_read(v.slab() + h * v.slab_elems(), 0, 16, "wgmma_rs_n_major's B operand", PA_WGMMA_WIDE_LOC);
+  }
+#endif
   wgmma_detail::emulate_n<N>(d, a, [&](int k, int n) -> const bf16& {
-    return slabs[(n / 64) * slab_elems + sw128(row_off + k, n % 64)];
+    return v.slab()[(n / 64) * v.slab_elems() + sw128(k, n % 64)];
   });
 #endif
 }
 
-// d (64 x N) += A * B with A[m][k] = a_slab(row m, col a_koff + k) (the
-// warpgroup's 64 rows of Q) and B[k][n] = b_slab(row n, col b_koff + k) (N rows
-// of a K tile against 16 of its dims: Q K^T), k offsets multiples of 16 below
-// 64. Both operands from shared memory.
+// d (64 x N) += A * B with A[m][k] = a(row m, col k) (the warpgroup's 64 rows
+// of Q) and B[k][n] = b(row n, col k) (N rows of a K tile against 16 of its
+// dims: Q K^T), both K-major. Both operands from shared memory.
 template <int N>
-__device__ __forceinline__ void wgmma_ss_k_major_n(float (&d)[N / 8][4], const bf16* a_slab, int a_koff,
-                                                   const bf16* b_slab, int b_koff) {
+__device__ __forceinline__ void wgmma_ss_k_major_n(float (&d)[N / 8][4], const Sw128Operand& a,
+                                                   const Sw128Operand& b PA_WGMMA_WIDE_LOC_PARAM) {
   static_assert(N == 64 || N == 128 || N == 256, "m64nNk16 for N = 64, 128, 256");
 #if PA_WGMMA
-  wgmma_detail::issue_ss<0>(d, wgmma_detail::sw128_descriptor(a_slab + a_koff, 16),
-                            wgmma_detail::sw128_descriptor(b_slab + b_koff, 16), wgmma_detail::Width<N>{});
+  wgmma_detail::issue_ss<0>(d, a.descriptor(), b.descriptor(), wgmma_detail::Width<N>{});
 #else
-  uint32_t a[4];
-  wgmma_detail::a_fragment(a, a_slab, a_koff);
-  wgmma_detail::emulate_n<N>(d, a, [&](int k, int n) -> const bf16& { return b_slab[sw128(n, b_koff + k)]; });
+#if !defined(__CUDACC__)
+  wgmma_detail::check_read(a.slab(), 0, 64, "wgmma_ss_k_major_n's A operand", PA_WGMMA_WIDE_LOC);
+  wgmma_detail::check_read(b.slab(), 0, N, "wgmma_ss_k_major_n's B operand", PA_WGMMA_WIDE_LOC);
+#endif
+  uint32_t af[4];
+  wgmma_detail::a_fragment(af, a.slab(), a.k_off());
+  wgmma_detail::emulate_n<N>(d, af, [&](int k, int n) -> const bf16& { return b.slab()[sw128(n, b.k_off() + k)]; });
 #endif
 }
 
 }  // namespace pa
+
+#undef PA_WGMMA_WIDE_LOC_PARAM
+#undef PA_WGMMA_WIDE_LOC

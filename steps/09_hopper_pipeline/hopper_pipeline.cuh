@@ -214,7 +214,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   bf16* k_s = q_s + T::Q_ELEMS;               // [STAGES][SLABS][TILE_K][64] Sw128
   bf16* v_s = k_s + T::STAGES * T::KV_ELEMS;  // [STAGES][SLABS][TILE_K][64] Sw128
   Barriers<T>& bar = *reinterpret_cast<Barriers<T>*>(v_s + T::STAGES * T::KV_ELEMS);
-  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  // The warpgroup index through a shuffle from lane 0: the compiler then knows it
+  // is one value for the warp and keeps what derives from it, the products'
+  // descriptors, in uniform registers (from threadIdx.x, it moves each
+  // descriptor from a thread's registers to uniform ones before every product).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
 
   QueryTile qt;
   // The whole program returns: no barrier yet.
@@ -260,18 +265,21 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const WarpKeys wk = stage03::warp_keys(qt, pk, row_warp);
   const stage03::CausalMask::Warp mask = stage03::CausalMask::for_warp(p, q_pos, wk, kv_end);
 
-  const bf16* q_wg = q_s + c * 64 * 64;  // this consumer's 64 rows in each Q slab
+  // The products' operands, made once: this consumer's 64 rows of each Q slab,
+  // and the first ring slot of K and of V (a product moves them: slot, slab, k-step).
+  const Sw128Operand q_op = Sw128Operand::k_major(q_s).rows(64 * c);
+  const Sw128Operand k_op = Sw128Operand::k_major(k_s), v_op = Sw128Operand::n_major(v_s, TILE_K * 64);
   // Starts S = Q K^T of `tile` (64 rows x TILE_K keys, k-steps of 16 dims) as one group.
   auto start_scores = [&](float(&s)[S_TILES][4], int tile) {
-    const bf16* k_tile = k_s + RingPos<T::STAGES>(tile).slot * T::KV_ELEMS;
+    const Sw128Operand k_tile = k_op.rows(RingPos<T::STAGES>(tile).slot * (T::KV_ELEMS / 64));
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     wgmma_pin(s);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-      wgmma_ss_k_major_n<TILE_K>(s, q_wg + (ks / 4) * T::ROWS * 64, (ks % 4) * 16, k_tile + (ks / 4) * TILE_K * 64,
-                                 (ks % 4) * 16);
+      wgmma_ss_k_major_n<TILE_K>(s, q_op.rows((ks / 4) * T::ROWS).cols((ks % 4) * 16),
+                                 k_tile.rows((ks / 4) * TILE_K).cols((ks % 4) * 16));
     }
     wgmma_commit();
   };
@@ -310,12 +318,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // Starts O += P V of `tile` as one group: each 16-key slice of P against all
   // HEAD_DIM columns of V in one product.
   auto start_output = [&](int tile) {
-    const bf16* v_tile = v_s + RingPos<T::STAGES>(tile).slot * T::KV_ELEMS;
+    const Sw128Operand v_tile = v_op.rows(RingPos<T::STAGES>(tile).slot * (T::KV_ELEMS / 64));
     wgmma_pin(p_now);  // P and the rescaled O are in their registers before the fence
     wgmma_pin(sm.o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < TILE_K / 16; ++kk) wgmma_rs_n_major<HEAD_DIM>(sm.o, p_now[kk], v_tile, TILE_K * 64, 16 * kk);
+    for (int kk = 0; kk < TILE_K / 16; ++kk) wgmma_rs_n_major<HEAD_DIM>(sm.o, p_now[kk], v_tile.rows(16 * kk));
     wgmma_commit();
   };
   // A consumer lets go of a slot once its products have read it, and hands

@@ -25,6 +25,7 @@
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "common/wgmma_wide.cuh"
 #include "tests/runtime/device_array.h"
 
 namespace {
@@ -631,7 +632,7 @@ __global__ void tensor_core_read_kernel(const __grid_constant__ ReadParams p, co
     pa::fence_mbarrier_init();
   }
   __syncthreads();
-  const bool dense = p.which == 1 || p.which == 4;
+  const bool dense = p.which == 1 || p.which == 4 || p.which == 7;
   if (threadIdx.x == 0) {
     bar_b.arrive_expect_tx(8192);
     bar_a.arrive_expect_tx(8192);
@@ -639,8 +640,8 @@ __global__ void tensor_core_read_kernel(const __grid_constant__ ReadParams p, co
     pa::tma_load_3d(a_slab, p.b128, 0, 0, 0, bar_a);
   }
   __syncthreads();
-  if (p.which != 0) bar_b.wait(0);
-  if (p.which != 2) bar_a.wait(0);
+  if (p.which != 0 && p.which != 5) bar_b.wait(0);
+  if (p.which != 2 && p.which != 6) bar_a.wait(0);
   if (p.which == 4) {  // cp.async overwrites the dense slab: its bytes are ordinary bytes again
     for (int c = threadIdx.x; c < 8192 / 16; c += blockDim.x) pa::cp_async_16(b_slab + 8 * c, src + 8 * c);
     pa::cp_async_commit();
@@ -651,8 +652,12 @@ __global__ void tensor_core_read_kernel(const __grid_constant__ ReadParams p, co
   const uint32_t a[4] = {0, 0, 0, 0};
   if (p.which == 2 || p.which == 3) {
     pa::wgmma_ss_k_major(d, a_slab, 0, b_slab, 0);
-  } else {
+  } else if (p.which < 5) {
     pa::wgmma_mn_major(d, a, b_slab, 16);
+  } else if (p.which == 5) {  // stage 09's wide products (common/wgmma_wide.cuh), through their operands
+    pa::wgmma_rs_n_major<64>(d, a, pa::Sw128Operand::n_major(b_slab, 64 * 64).rows(16));
+  } else {
+    pa::wgmma_ss_k_major_n<64>(d, pa::Sw128Operand::k_major(a_slab).cols(16), pa::Sw128Operand::k_major(b_slab));
   }
 }
 
@@ -684,6 +689,19 @@ TEST_F(TmaErrors, TheTensorCoreReadsOnlyLandedBytesOfItsSwizzle) {
                                      at_line(kReadCopyALine)));
   EXPECT_EQ(error_of(3), "(no error)");
   EXPECT_EQ(error_of(4), "(no error)") << "cp.async's bytes are not the tensor copy's any more";
+  // 5-8: the same rules for the wide products, whose operands are made once
+  // and moved (Sw128Operand): the checked bytes are the moved operand's.
+  EXPECT_THAT(error_of(5), HasSubstr("wgmma_rs_n_major's B operand (" + at_line(kReadMmaLine + 4) +
+                                     ") reads shared memory that the tensor copy of 8192 bytes issued at " +
+                                     at_line(kReadCopyBLine)));
+  EXPECT_THAT(error_of(6), HasSubstr("wgmma_ss_k_major_n's A operand (" + at_line(kReadMmaLine + 6) +
+                                     ") reads shared memory that the tensor copy of 8192 bytes issued at " +
+                                     at_line(kReadCopyALine)));
+  EXPECT_THAT(error_of(7), HasSubstr("wgmma_ss_k_major_n's B operand (" + at_line(kReadMmaLine + 6) +
+                                     ") reads shared memory that the tensor copy issued at " +
+                                     at_line(kReadCopyBLine) +
+                                     " wrote: the descriptor's swizzle (128B) does not match the copy's (none)"));
+  EXPECT_EQ(error_of(8), "(no error)");
 }
 
 TEST_F(TmaErrors, RuntimeKeepsWorkingAfterAnError) {
