@@ -125,9 +125,12 @@ void run_mixed(const Plan& plan, const AttentionParams& p, const stage03::Packin
 // the short ones finish. Here each program works out, from the batch's lengths
 // on the device, which item it is: with T items a wave holds per KV head and
 // K = max(min_keys, ceil(total keys / T)) rounded up to a block, request r
-// gets n_r = max(1, seq_len_r / K) items of ~seq_len_r / n_r keys each. Then
-// sum n_r <= T + num_requests whatever the lengths, so the plan sizes the
-// grid from its bounds; the items past sum n_r are idle (no key, nothing merged).
+// gets n_r = max(1, seq_len_r / K) items of ~seq_len_r / n_r keys each, and
+// with sink tokens one more for those its window leaves out (a block or two:
+// stage 08's split 0, as an item of the same list). Then sum n_r <= T +
+// num_requests (T + 2 num_requests with sink tokens) whatever the lengths, so
+// the plan sizes the grid from its bounds; the items past sum n_r are idle (no
+// key, nothing merged).
 
 struct WorkItem {
   int request;  // the request (0 past the last one: an idle item, which reads no key)
@@ -153,6 +156,14 @@ struct WorkList {
     if (p.window == 0 || seq_len == 0) return seq_len;
     const int first = stage06::SlidingWindow::oldest_visible_key(p, seq_len - 1) / block_size * block_size;
     return seq_len - first;
+  }
+
+  // The sink tokens decode r reads in an item of its own, after its window's
+  // items: those before the block its window's keys begin in (the window's
+  // items read the rest); none without sink tokens or a window.
+  __device__ __forceinline__ static int sink_keys(const AttentionParams& p, int r, int window_keys) {
+    if (p.window == 0 || p.sink_tokens == 0) return 0;
+    return min(p.sink_tokens, p.batch.seq_lens[r] - window_keys);
   }
 
   // The walk below runs one warp wide: every lane of the calling warps calls
@@ -191,6 +202,7 @@ struct WorkList {
         const int span = decode_keys(p, r);
         count = max(1, span / k);
         keys = ((span + count - 1) / count + block_size - 1) / block_size * block_size;
+        if (sink_keys(p, r, span) > 0) ++count;  // the sink tokens' item, last
       }
       int inclusive = count;  // items of requests r0 .. r
 #pragma unroll
@@ -233,10 +245,17 @@ struct WorkListSplits : WorkList {
   __device__ __forceinline__ int request() const { return item_at(params, blockIdx.x).request; }
   __device__ __forceinline__ bool serves(int q_len) const { return q_len == 1; }
 
-  __device__ __forceinline__ KeyRange key_range(int tile_kv_begin, int tile_kv_end) const {
+  // Item i of request r: keys [first + i K_r, + K_r) of its window's span
+  // (first: the block its decode's keys begin in, 0 without a window), or its
+  // sink tokens before that block (the last item, where there are some). The
+  // tile's own begin is not used: with sink tokens the mask starts it at key 0.
+  __device__ __forceinline__ KeyRange key_range(int /*tile_kv_begin*/, int tile_kv_end) const {
     const WorkItem it = item_at(params, blockIdx.x);
     if (it.count == 0) return {0, 0};  // idle: no key, an empty partial nobody merges
-    const int begin = tile_kv_begin + (static_cast<int>(blockIdx.x) - it.first) * it.keys;
+    const int span = decode_keys(params, it.request), item = static_cast<int>(blockIdx.x) - it.first;
+    const int sinks = sink_keys(params, it.request, span);
+    if (sinks > 0 && item == it.count - 1) return {0, sinks};
+    const int begin = params.batch.seq_lens[it.request] - span + item * it.keys;
     return {begin, min(tile_kv_end, begin + it.keys)};
   }
 
@@ -299,7 +318,7 @@ static_assert(PartialSource<WorkListPartials>);
 
 template <class Tiles, class Mask, class Adapt>
 void run_work_list(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
-  const AttentionParams& p = l.p;  // plan() took the work list only without sink tokens
+  const AttentionParams& p = l.p;
   if (p.batch.num_requests == 0) return;
   const WorkList list{l.plan.items_per_wave, l.plan.keys_per_split, p.kv.block_size};
   WorkListSplits splits;
@@ -378,9 +397,7 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
       }
       return;
     case Path::work_list:
-      if constexpr (std::is_same_v<Mask, stage03::CausalMask> || std::is_same_v<Mask, stage06::SlidingWindow>) {
-        run_work_list<Tiles, Mask>(l, pk, adapt);
-      }
+      run_work_list<Tiles, Mask>(l, pk, adapt);
       return;
     case Path::invariant:
       further::launch_invariant_tiles<Tiles, Mask>(p, pk, l.stream, adapt);

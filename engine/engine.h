@@ -80,9 +80,9 @@ struct Options {
   const TunedTable* tuned = nullptr;
   // Decode batches: cut each context into items by its own length (a long
   // context beside short ones gets many, a short one one) instead of one split
-  // count for every request (with a window: the keys inside it). Decodes
-  // without sink tokens, and not with num_splits, a tuned table or
-  // batch-invariant mode.
+  // count for every request (with a window: the keys inside it; sink tokens
+  // before it: an item of their own). Decodes, and not with num_splits, a
+  // tuned table or batch-invariant mode.
   bool work_list = false;
   PrefillTiles prefill_tiles = PrefillTiles::automatic;
 };

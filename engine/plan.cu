@@ -184,15 +184,14 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
   if (options.work_list) {
     const std::string why = "engine::plan: the work list serves decode batches ";
     PA_REQUIRE(decode, why + "(every q_len <= 1); these bounds allow queries of " + str(b.max_query_len) + " tokens");
-    PA_REQUIRE(p.window == 0 || p.sink_tokens == 0,
-               why + "without sink tokens (they keep stage 08's split of their own)");
     PA_REQUIRE(!p.batch_invariant, why + "outside batch-invariant mode, whose splits are fixed in keys");
     PA_REQUIRE(options.num_splits == 0 && options.tuned == nullptr,
                why + "with its own cut: num_splits must be 0 and no tuned table given");
     pl.path = Path::work_list;
     pl.items_per_wave = std::max(1, stage04::programs_per_sm(p) * num_sms() / p.kv.num_kv_heads);
-    // At most items_per_wave + num_requests items (engine/compose.cuh, WorkList).
-    pl.num_splits = pl.items_per_wave + b.num_requests;
+    // At most items_per_wave + num_requests items, and one more a request for
+    // its sink tokens (engine/compose.cuh, WorkList).
+    pl.num_splits = pl.items_per_wave + (p.sink_tokens > 0 ? 2 : 1) * b.num_requests;
     pl.keys_per_split = std::max(block, stage04::MIN_KEYS_PER_SPLIT / block * block);
     rows = 1;
   } else if (p.batch_invariant) {

@@ -102,8 +102,8 @@ std::vector<EngineCase> engine_cases() {
     // without queries, padding rows; with one SM the item count, not the
     // minimum item length, bounds the cut.
     auto wl = [&](const std::string& name, AttentionConfig cfg, std::vector<RequestShape> req, int sms = 0,
-                  int window = 0, bool sinks = false) {
-      EngineCase e{{n + "WorkList_" + name, with(cfg, f, window, 0, sinks), std::move(req),
+                  int window = 0, bool sinks = false, int sink_tokens = 0) {
+      EngineCase e{{n + "WorkList_" + name, with(cfg, f, window, sink_tokens, sinks), std::move(req),
                     BuildOptions{.seed = 9, .padding_rows = 2}}};
       e.work_list = true;
       e.num_sms = sms;
@@ -131,6 +131,15 @@ std::vector<EngineCase> engine_cases() {
     // (the long context into many on one SM), with and without a window.
     wl("Sinks_OneSm_ManyItems", g4, {{1, 3000}, {1, 900}, {1, 33}, {0, 0}, {1, 2}}, 1, 0, true);
     wl("Sinks_Window200_Ragged", g4, {{1, 70}, {1, 3000}, {1, 1}, {1, 130}}, 0, 200, true);
+    // Sink tokens: an item of their own after the window's, of the tokens the
+    // window leaves out: none where the window reaches back to them (70, 1),
+    // part of them where its first block holds some (block 16: 81 keys, window
+    // 64 from key 17, its items from 16: 16 of the 20 sink tokens in the sink
+    // item), all of them further on; with learned sinks too, and on one SM.
+    wl("SinkTokens4_Window100_Ragged", g4, {{1, 70}, {1, 3000}, {1, 1}, {1, 33}, {1, 130}}, 0, 100, false, 4);
+    wl("SinkTokens20_Window64_OneSm", g4, {{1, 81}, {1, 50}, {1, 3000}, {0, 0}, {1, 97}}, 1, 64, false, 20);
+    wl("Sinks_SinkTokens4_Window200_Block1", config(6, 2, 64, 1), {{1, 2500}, {1, 20}, {1, 203}, {1, 300}}, 0, 200,
+       true, 4);
     // Batch-invariant mode (stage 04, going further), also with sinks and sink tokens.
     cases.push_back({{n + "Invariant_Milestone", with(g4, f), milestone_requests()}, kAuto, true});
     cases.push_back({{n + "Invariant_Sinks_Window40_Mixed", with(g4, f, 40, 0, true), random_mixed_requests(3, 6, 150),
@@ -494,7 +503,9 @@ TEST(EnginePlan, WorkListSizesItsGridFromTheBounds) {
   windowed.window = 64;
   EXPECT_EQ(engine::plan(windowed, b, wl).path, engine::Path::work_list) << "a window is cut like a context";
   windowed.sink_tokens = 4;
-  expect_error([&] { engine::plan(windowed, b, wl); }, "without sink tokens");
+  const engine::Plan with_sink_tokens = engine::plan(windowed, b, {.num_sms = 10, .work_list = true});
+  EXPECT_EQ(with_sink_tokens.path, engine::Path::work_list) << "sink tokens are one more item a request";
+  EXPECT_EQ(with_sink_tokens.num_splits, with_sink_tokens.items_per_wave + 2 * 4) << with_sink_tokens.describe();
   AttentionParams invariant = db.params();
   invariant.batch_invariant = true;
   expect_error([&] { engine::plan(invariant, b, wl); }, "outside batch-invariant mode");
