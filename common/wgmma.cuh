@@ -129,11 +129,12 @@ namespace wgmma_detail {
 
 #if PA_WGMMA
 // Descriptor of an Sw128 operand starting at p: start address / 16, leading
-// offset 16 bytes (unused by this layout), 1024 bytes between 8-row groups,
-// layout 1 = 128-byte swizzle.
-__device__ __forceinline__ uint64_t sw128_descriptor(const void* p) {
+// byte offset lbo_bytes (unused by a K-major operand: 16; for an N-major one
+// the distance between its slabs of 64 n-values, common/wgmma_wide.cuh),
+// 1024 bytes between 8-row groups, layout 1 = 128-byte swizzle.
+__device__ __forceinline__ uint64_t sw128_descriptor(const void* p, uint32_t lbo_bytes = 16) {
   const uint64_t start = (smem_u32(p) & 0x3FFFF) >> 4;
-  return start | (uint64_t{16 >> 4} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+  return start | (uint64_t{(lbo_bytes >> 4) & 0x3FFF} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
 template <int TRANS_B>

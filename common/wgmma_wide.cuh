@@ -203,11 +203,11 @@ __device__ __forceinline__ void emulate_n(float (&d)[N / 8][4], const uint32_t (
 // reads it, made once and moved along the operand for each product. On sm_90a
 // it is the operand's descriptor: a move adds its 16-byte units to the
 // descriptor's start field (one integer add; the start stays below 2^14 units,
-// shared memory being under 256 KB, so nothing carries into the next field).
-// Building each product's descriptor from its address instead (conversion,
-// mask, shift and fields) cost a third of stage 09's pipelined step in integer
-// instructions. Elsewhere it is the slab and column that the emulation reads,
-// and its reads are checked as the CPU runtime checks a tensor core's.
+// shared memory being under 256 KB, so nothing carries into the next field),
+// where building each product's descriptor from its address would convert,
+// mask and shift it for every product. Elsewhere it is the slab and column
+// that the emulation reads, and its reads are checked as the CPU runtime
+// checks a tensor core's.
 class Sw128Operand {
  public:
   // K-major: rows of 64 k-values (Q, or a K tile in Q K^T).
@@ -241,7 +241,7 @@ class Sw128Operand {
   }
 
 #if PA_WGMMA
-  __device__ __forceinline__ uint64_t descriptor() const { return (uint64_t{HI} << 32) | lo_; }
+  __device__ __forceinline__ uint64_t descriptor() const { return (uint64_t{hi_} << 32) | lo_; }
 #else
   const bf16* slab() const { return slab_; }
   int k_off() const { return k_off_; }
@@ -251,18 +251,16 @@ class Sw128Operand {
  private:
   __device__ __forceinline__ Sw128Operand(const bf16* slab, int slab_elems) {
 #if PA_WGMMA
-    // Low word: start address / 16, and the leading byte offset / 16 (the
-    // distance between slabs for N-major; unused, 16, for K-major).
-    const uint32_t lbo = slab_elems ? static_cast<uint32_t>(slab_elems) * 2 : 16u;
-    lo_ = ((smem_u32(slab) & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16);
+    // The moves add to the low word (start address / 16); the high word is
+    // the layout's constants.
+    const uint64_t d = wgmma_detail::sw128_descriptor(slab, slab_elems ? static_cast<uint32_t>(slab_elems) * 2 : 16u);
+    lo_ = static_cast<uint32_t>(d), hi_ = static_cast<uint32_t>(d >> 32);
 #else
     slab_ = slab, k_off_ = 0, slab_elems_ = slab_elems;
 #endif
   }
 #if PA_WGMMA
-  // High word: 1024 bytes between 8-row groups (stride byte offset / 16), layout 1 = 128-byte swizzle.
-  static constexpr uint32_t HI = (1024 >> 4) | (1u << 30);
-  uint32_t lo_;
+  uint32_t lo_, hi_;
 #else
   const bf16* slab_;
   int k_off_, slab_elems_;
