@@ -127,6 +127,7 @@ struct Cascade {
   int prefix_keys_per_split = 0;
   int max_own_keys = 0;         // the most keys a request reads in the suffix pass (its suffix, or all when plain)
   bool warpgroup_prefix = false;  // planned for the engine's warpgroup (wgmma) prefix pass (engine::plan_cascade)
+  bool hopper_prefix = false;     // ... and that pass is stage 09's tile (engine::plan_cascade's prefix_tiles)
   DeviceBuffer<bf16> q;                 // [num_tokens, Hq, D]  the cascaded queries, gathered group by group
   DeviceBuffer<int> gather_rows;        // [num_tokens]         batch row of each gathered query
   DeviceBuffer<int> query_start_loc;    // [num_groups + 1]     gathered rows of each group
@@ -165,9 +166,12 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
 // positions after the prefix, on a device with num_sms SMs, with stage 03's tiles for the prefix.
 Path choose_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms);
 
-// A GQA-packed tile as the cost model sees it: its rows, and how many programs share an SM.
+// A GQA-packed tile as the cost model sees it: its rows, how many programs share
+// an SM, and the multiple a prefix split's keys are rounded to (its key ranges
+// begin at whole K/V tiles).
 struct TileShape {
   int rows, per_sm;
+  int key_multiple = 64;
 };
 // What plan() needs to know of another prefix pass: whether it serves the batch,
 // the tile it runs for a group's rows (the prefix splits are sized for it), and

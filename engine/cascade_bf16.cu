@@ -1,10 +1,12 @@
-// The engine's cascade for bf16 caches: the warpgroup prefix pass where the plan
-// was made for it, the two-warp decode tile for the suffix pass; with and
-// without learned sinks. engine::plan_cascade lives here, beside the pass it plans for.
+// The engine's cascade for bf16 caches: a warpgroup prefix pass (going_further's
+// kernel, or stage 09's tile) where the plan was made for it, the two-warp
+// decode tile for the suffix pass; with and without learned sinks.
+// engine::plan_cascade lives here, beside the passes it plans for.
 #include "compose_cascade.cuh"
 #include "going_further/two_warp_decode.cuh"
 
 #include <memory>
+#include <string>
 
 namespace pa::engine {
 namespace detail {
@@ -14,8 +16,24 @@ void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStrea
 }  // namespace detail
 
 stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
-                              int force) {
-  stage07::Cascade c = stage07::plan(p, meta, groups, force, &further::WARPGROUP_PREFIX_PASS);
+                              int force, PrefillTiles prefix_tiles) {
+  const stage07::PrefixPassModel* model = &further::WARPGROUP_PREFIX_PASS;
+  switch (prefix_tiles) {
+    case PrefillTiles::automatic: break;
+    case PrefillTiles::mma_sync: model = nullptr; break;
+    case PrefillTiles::hopper:
+      PA_REQUIRE(detail::hopper_prefix_serves(p),
+                 "engine::plan_cascade: stage 09's prefix pass (PrefillTiles::hopper) reads bf16 caches of at most "
+                 "2^31 - 1 slots; this layer's cache is " + std::string(pa::name(p.kv.format)));
+#if defined(__CUDACC__)  // the CPU runtime emulates TMA, mbarriers and wgmma
+      PA_REQUIRE(detail::device_is_sm90(), "engine::plan_cascade: stage 09's prefix pass (PrefillTiles::hopper) "
+                                           "needs an sm_90 GPU (its code is sm_90a); this one is not");
+#endif
+      model = &detail::HOPPER_PREFIX_PASS;
+      break;
+  }
+  stage07::Cascade c = stage07::plan(p, meta, groups, force, model);
+  c.hopper_prefix = c.warpgroup_prefix && model == &detail::HOPPER_PREFIX_PASS;
   // The second stream and the suffix partials now, where a run will fork the
   // suffix pass onto it (one split included): a run only launches.
   if (further::suffix_beside_prefix(p, c)) {

@@ -26,6 +26,9 @@ void run_int8_sinks(const Launch& l);
 void run_fp8(const Launch& l);
 void run_fp8_sinks(const Launch& l);
 
+// Whether the current device is an sm_90 GPU (stage 09's code is sm_90a).
+bool device_is_sm90();
+
 // Cascade (stage 07) with or without learned sinks, one unit per format.
 void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);
 void cascade_int8(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);

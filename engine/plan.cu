@@ -17,7 +17,20 @@
 #include "solutions/09_hopper_pipeline/hopper_pipeline.cuh"
 
 namespace pa::engine {
+namespace detail {
+// Whether the current device runs stage 09's sm_90a code: compute capability
+// 9.0 (the CPU runtime reports 0.0).
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  PA_CHECK(cudaGetDevice(&device));
+  PA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  PA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+}  // namespace detail
+
 namespace {
+using detail::device_is_sm90;
 
 static_assert(TUNED_MAX_SPLITS == stage04::MAX_SPLITS, "a tuned table's split counts are stage 04's");
 
@@ -68,16 +81,6 @@ stage04::SplitPlan tuned_split_plan(int span_keys, int block_size, int num_split
   const int num_blocks = stage04::max_blocks(span_keys, block_size);
   const int blocks_per_split = stage04::ceil_div(num_blocks, num_splits);
   return stage04::SplitPlan{stage04::ceil_div(num_blocks, blocks_per_split), blocks_per_split};
-}
-
-// Whether the current device runs stage 09's sm_90a code: compute capability
-// 9.0 (the CPU runtime reports 0.0).
-bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  PA_CHECK(cudaGetDevice(&device));
-  PA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  PA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
 }
 
 // Options::prefill_tiles: whether a path that runs prefill query tiles runs

@@ -474,11 +474,13 @@ inline bool suffix_beside_prefix(const AttentionParams& p, const Cascade& c) {
 // does not pay (suffix_beside_prefix) run their suffix pass on the plan's
 // second stream beside the prefix pass instead, as partials in the plan, and
 // one merge kernel joins both. Launches only: the plan made everything.
-template <int HEAD_DIM, class Tiles, class Adapt>
+// launch_prefix(stream): the prefix pass's launches (this file's kernel by
+// default; the engine passes stage 09's tile where the plan was made for it).
+template <int HEAD_DIM, class Tiles, class Adapt, class PrefixLaunch>
 void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascade& c, cudaStream_t stream,
-                       const Adapt& adapt) {
+                       const Adapt& adapt, const PrefixLaunch& launch_prefix) {
   if (!suffix_beside_prefix(p, c)) {
-    launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);
+    launch_prefix(stream);
     // Whole query tiles, as stage 03 launches them. Only a kernel that comes
     // right after the prefix pass in the same stream may start before it ends.
     auto to_suffix = [&](const stage03::WholeContext&) {
@@ -493,7 +495,7 @@ void forward_warpgroup(const AttentionParams& p, const Packing& pk, const Cascad
   const SideStream& side = *c.side;
   PA_CHECK(cudaEventRecord(side.fork, stream));  // the side stream starts after everything before this step
   PA_CHECK(cudaStreamWaitEvent(side.stream, side.fork, 0));
-  launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, stream);  // first, so that its large programs find room
+  launch_prefix(stream);  // first, so that its large programs find room
 
   SuffixPartials slice;
   static_cast<stage04::Splits&>(slice) = stage07::suffix_splits(c);
@@ -528,14 +530,16 @@ inline TileShape warpgroup_tile(int group_rows) {
   return warpgroups_for(group_rows) == 1 ? TileShape{64, 2} : TileShape{128, 1};
 }
 
-inline Path choose_path_warpgroup(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,
-                                  int num_sms) {
+// tile: the prefix pass's tile for a group's rows (this file's, or the engine's stage 09 tile).
+template <TileShape (*tile)(int group_rows) = warpgroup_tile>
+Path choose_path_warpgroup(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,
+                           int num_sms) {
   if (members < 2 || queries < 1) return Path::plain;  // a group of one reads its prefix once either way
   const stage07::PassTimes t{p, members, queries, num_sms};
   const WarpgroupCosts& w = H200_WARPGROUP_COSTS;
   const double plain = t.own_keys(prefix_len + suffix_len + queries, false);
   const stage07::PrefixSplitPlan pre =
-      stage07::prefix_split_plan(p, members * queries, prefix_len, 1, num_sms, warpgroup_tile);
+      stage07::prefix_split_plan(p, members * queries, prefix_len, 1, num_sms, tile);
   const double prefix_pass = t.prefix_pass(pre, prefix_len, w.row_key_s * pre.tile.rows, w.flop_per_s, w.start_s);
   const double merge_prefix = pre.num_splits * w.split_merge_s;
   double cascade = prefix_pass + t.own_keys(suffix_len + queries, false) + merge_prefix;  // no gather launch
@@ -556,7 +560,7 @@ inline Path choose_path_warpgroup(const AttentionParams& p, int members, int pre
 
 // What stage07::plan needs to plan groups for this pass (engine::plan_cascade passes it).
 inline constexpr stage07::PrefixPassModel WARPGROUP_PREFIX_PASS{warpgroup_prefix_serves, warpgroup_tile,
-                                                                choose_path_warpgroup};
+                                                                choose_path_warpgroup<>};
 
 // A planned cascade with tile family Tiles: this pass where the plan was made
 // for it (WARPGROUP: the family is bf16's, so the kernel is instantiated only
@@ -567,7 +571,11 @@ void forward_cascade(const AttentionParams& p, const Packing& pk, const Cascade&
   if constexpr (WARPGROUP) {
     if (c.num_groups > 0 && c.warpgroup_prefix && warpgroup_prefix_serves(p)) {
       return stage03::with_head_dim(p.kv.head_dim, [&]<int HEAD_DIM>() {
-        if constexpr (HEAD_DIM <= 128) forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, stream, adapt);
+        if constexpr (HEAD_DIM <= 128) {
+          forward_warpgroup<HEAD_DIM, Tiles>(p, pk, c, stream, adapt, [&](cudaStream_t s) {
+            launch_prefix_warpgroups<HEAD_DIM>(gathered_batch(p, c), pk, c, s);
+          });
+        }
       });
     }
   }

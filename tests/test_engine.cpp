@@ -314,6 +314,61 @@ TEST_P(EngineStage07Cases, MatchesOracleAndStage07) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineStage07Cases, testing::ValuesIn(stage07_cases()), stage07_case_name);
 
+// Stage 09's tile as the prefix pass (PrefillTiles::hopper; on the CPU, the
+// runtime's emulation of TMA, mbarriers and wgmma): stage 07's bf16 cases, and
+// prefix splits that start inside a block of 256 keys, against the oracle and
+// stage 07's own passes.
+std::vector<CascadeCase> hopper_prefix_cases() {
+  std::vector<CascadeCase> cases = stage07_bf16_cases();
+  // One KV head and one query tile: with two or more "SMs" the prefix is split,
+  // the second split from key 128 (D 128) or 384 (D 256), inside a block.
+  cases.push_back({{"Prefix200_Block256_SplitInsideABlock_Group4_D128", config(4, 1, 128, 256),
+                    decodes(3, 200, 60, 256)},
+                   {{{0, 1, 2}, 200}},
+                   kCascade});
+  cases.push_back({{"LongPrefix700_Block256_SplitInsideABlock_PrefillChunks_Group4_D256", config(4, 1, 256, 256),
+                    chunks(2, 700, 80, 9, 256)},
+                   {{{0, 1}, 700}},
+                   kCascade});
+  return cases;
+}
+
+class EngineHopperPrefix : public testing::TestWithParam<CascadeCase> {};
+
+TEST_P(EngineHopperPrefix, MatchesOracleAndStage07) {
+  const CascadeCase& k = GetParam();
+  Problem p = make_problem(k.c.cfg, k.c.requests, k.c.opt);
+  const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
+  DeviceBatch db(p);
+  const stage07::Cascade plan =
+      engine::plan_cascade(db.params(), p.meta, groups, k.force, engine::PrefillTiles::hopper);
+  ASSERT_TRUE(plan.hopper_prefix) << "PrefillTiles::hopper plans stage 09's tile for the prefix pass";
+  if (plan.num_groups > 0) {
+    ASSERT_EQ(plan.prefix_keys_per_split % 128, 0)
+        << "stage 09's key ranges begin at whole 128-key tiles: the prefix splits are multiples of 128";
+  }
+  const std::string label = "case " + k.c.name + " (engine cascade, stage 09's prefix pass, " +
+                            std::to_string(plan.num_prefix_splits) + " prefix split(s))";
+  engine::run_cascade(plan, db.params());
+  expect_device_matches_oracle(p, db, label, reference_attention(p));
+  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label + ": ");
+  if (k.force == kModel) return;
+  const std::vector<float> out = db.out_host(), lse = db.lse_host();
+  db.poison_outputs();
+  stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, k.force));
+  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against stage 07's own passes");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineHopperPrefix, testing::ValuesIn(hopper_prefix_cases()), stage07_case_name);
+
+TEST(EngineCascadeErrors, HopperPrefixRefusesEightBitCaches) {
+  Problem p = make_problem(cfg_of(8, 2, 128, 16, KvFormat::int8), decodes(2, 32, 1), {});
+  const std::vector<PrefixGroup> groups = share_prefixes(p, {{{0, 1}, 32}});
+  DeviceBatch db(p);
+  expect_error([&] { engine::plan_cascade(db.params(), p.meta, groups, kCascade, engine::PrefillTiles::hopper); },
+               "bf16 caches");
+}
+
 TEST(EngineCascadeLimits, PrefixNearIntMaxIsSplitIn64Bits) {
   const IntMaxDecodes b;
   const int prefix_len = INT_MAX - 10;

@@ -65,7 +65,9 @@ inline PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tok
   const long long tiles = query_tiles * p.kv.num_kv_heads * num_groups;
   const int wanted = static_cast<int>(
       std::clamp<long long>(tile.per_sm * num_sms / std::max(1LL, tiles), 1, stage04::MAX_SPLITS));
-  const int keys = static_cast<int>(std::max(64LL, ceil_div64(ceil_div64(prefix_len, wanted), 64) * 64));
+  const long long multiple = tile.key_multiple;
+  const int keys =
+      static_cast<int>(std::max(multiple, ceil_div64(ceil_div64(prefix_len, wanted), multiple) * multiple));
   return {tile, static_cast<int>(query_tiles), keys, static_cast<int>(ceil_div64(prefix_len, keys))};
 }
 

@@ -123,20 +123,22 @@ struct RingPos {
   }
 };
 
-// The producer warp: tiles 0 .. num_tiles - 1 of keys [0, kv_end) into the ring,
-// K then V of each. Its lanes share a tile's boxes (one block of rows each, or
+// The producer warp: tiles 0 .. num_tiles - 1 of keys [kv_begin, kv_end) into
+// the ring, K then V of each (kv_begin: a multiple of TILE_K, so that no box
+// straddles two blocks). Its lanes share a tile's boxes (one block of rows each, or
 // TILE_K rows of a longer block) and issue their copies themselves; lane 0
 // announces the tile's bytes. Every box of a tile is copied, past the end too,
 // so that every tile is KV_BYTES: a box wholly past the end is read from
 // outside the tensor (zeros), the box that holds the end row by row.
 template <class T>
-__device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, const KvLookup& lookup, int kv_end,
-                                        int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar) {
+__device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, const KvLookup& lookup,
+                                        const KeyRange& keys, int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar) {
   constexpr int TILE_K = T::TILE_K, SLABS = T::SLABS;
   constexpr int MAX_BOXES_PER_LANE = (TILE_K + 31) / 32;  // block size 1: TILE_K boxes of one row
   const int lane = threadIdx.x % 32;
   const int block = 1 << pk.block_shift;
   const int box_rows = min(block, TILE_K), boxes = TILE_K / box_rows;
+  const int kv_end = keys.end;
   for (int t = 0; t < num_tiles; ++t) {
     const RingPos<T::STAGES> pos(t);
     // The slot rows of this lane's boxes: -1 past the end, the first slot of the
@@ -144,7 +146,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
     int row[MAX_BOXES_PER_LANE];
 #pragma unroll
     for (int i = 0; i < MAX_BOXES_PER_LANE; ++i) {
-      const int b = lane + 32 * i, k0 = t * TILE_K + b * box_rows;
+      const int b = lane + 32 * i, k0 = keys.begin + t * TILE_K + b * box_rows;
       row[i] = b < boxes && k0 < kv_end ? static_cast<int>(KvLookup::slot(lookup.entry(k0, pk.block_shift), k0,
                                                                            pk.block_shift))
                                          : -1;
@@ -161,7 +163,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
       __syncwarp();
 #pragma unroll
       for (int i = 0; i < MAX_BOXES_PER_LANE; ++i) {
-        const int b = lane + 32 * i, k0 = t * TILE_K + b * box_rows;
+        const int b = lane + 32 * i, k0 = keys.begin + t * TILE_K + b * box_rows;
         if (b >= boxes) break;
 #pragma unroll
         for (int h = 0; h < SLABS; ++h) {
@@ -200,13 +202,13 @@ constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 
 // Grid: (query tiles, num_kv_heads, num_requests), as stage 03's. Dynamic shared
 // memory: T::smem_bytes(). maps: a grid constant, so that TMA reads it in place.
-// slice: stage 03's Slice, whole contexts (WholeContext or an adapter of it: the
-// engine's serves only some requests, and lets a dependent grid start).
+// slice: stage 03's Slice. This stage's forward reads whole contexts
+// (WholeContext); the engine passes others (a request subset, a prefix split),
+// whose key ranges begin at a multiple of TILE_K.
 template <class T, Slice S = stage03::WholeContext>
 __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk, S slice) {
-  static_assert(std::is_base_of_v<stage03::WholeContext, S> && !after_prior_grid<S>,
-                "the tile reads its whole causal range and starts with its grid");
+  static_assert(!after_prior_grid<S>, "the tile starts with its grid: no Slice that waits for an earlier one");
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K;
   constexpr int S_TILES = TILE_K / 8, O_TILES = HEAD_DIM / 8;
   unsigned char* raw = dynamic_smem<unsigned char>();
@@ -224,9 +226,29 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   QueryTile qt;
   // The whole program returns: no barrier yet.
   if (!qt.init<T>(p, pk, slice.query_tile(), request_of(slice)) || !serves(slice, qt.q_len)) return;
-  // The tile's keys: its causal range, [0, position of its last query + 1).
-  const int kv_end = stage03::warp_keys(qt, pk, 0).tile_kv_end;
-  const int num_tiles = (kv_end + TILE_K - 1) / TILE_K;
+  // The tile's keys: the Slice's part of its causal range [0, position of its
+  // last query + 1); the whole range in this stage.
+  const KeyRange keys = slice.key_range(0, stage03::warp_keys(qt, pk, 0).tile_kv_end);
+  const int num_tiles = keys.end > keys.begin ? (keys.end - keys.begin + TILE_K - 1) / TILE_K : 0;
+  const int g = lane / 4, t4 = lane % 4;
+  // Rows 16 row_warp + g and + 8 of the tile (stage 03's warp index) with the
+  // state sm: only real rows are stored (final out and lse, or a partial).
+  auto store_rows = [&](int row_warp, const auto& sm) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const QueryTile::Row row = qt.row(pk, 16 * row_warp + g + 8 * i);
+      if (!row.real) continue;
+      slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+    }
+  };
+  if (num_tiles == 0) {  // an empty range (a split past a shorter prefix): empty rows, no barrier
+    if (warpgroup > 0) {
+      FragSoftmax<O_TILES> empty;
+      empty.init();
+      store_rows(4 * (warpgroup - 1) + warp, empty);
+    }
+    return;
+  }
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::STAGES; ++s) {
@@ -245,13 +267,12 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
 
   if (warpgroup == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (warp == 0) produce<T>(maps, pk, KvLookup(p, qt.r, qt.kv_head), kv_end, num_tiles, k_s, v_s, bar);
+    if (warp == 0) produce<T>(maps, pk, KvLookup(p, qt.r, qt.kv_head), keys, num_tiles, k_s, v_s, bar);
     return;  // the copies complete on the consumers' barriers; the consumers outlive them
   }
   setmaxnreg_inc<CONSUMER_REGS>();
   const int c = warpgroup - 1, other = 1 - c;
   const int row_warp = 4 * c + warp;  // stage 03's warp index: rows 16 row_warp .. + 15 of the tile
-  const int g = lane / 4, t4 = lane % 4;
 
   load_q_rows<T>(q_s, p, pk, qt, c);
   cp_async_wait<0>();
@@ -263,7 +284,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   int q_pos[2];
   stage03::row_positions(qt, pk, row_warp, g, q_pos);
   const WarpKeys wk = stage03::warp_keys(qt, pk, row_warp);
-  const stage03::CausalMask::Warp mask = stage03::CausalMask::for_warp(p, q_pos, wk, kv_end);
+  const stage03::CausalMask::Warp mask = stage03::CausalMask::for_warp(p, q_pos, wk, keys.end);
 
   // The products' operands, made once: this consumer's 64 rows of each Q slab,
   // and the first ring slot of K and of V (a product moves them: slot, slab, k-step).
@@ -290,7 +311,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // by select, on the tiles that cross the warpgroup's diagonal (mask_keys, a
   // constant of each call: see the loops below for why there is no branch).
   auto to_weights = [&](bool mask_keys, float(&s)[S_TILES][4], int tile, float(&alpha)[2]) {
-    const int kv_start = tile * TILE_K;
+    const int kv_start = keys.begin + tile * TILE_K;
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) {
 #pragma unroll
@@ -375,8 +396,9 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   };
   // Tiles below masked_from lie wholly under the diagonal of the warpgroup's
   // oldest row: no key of theirs is masked for any of its 64 rows.
-  const int unmasked = stage03::CausalMask::for_warp(p, q_pos, stage03::warp_keys(qt, pk, 4 * c), kv_end).unmasked_end;
-  const int masked_from = max(1, min(num_tiles, unmasked / TILE_K));
+  const int unmasked =
+      stage03::CausalMask::for_warp(p, q_pos, stage03::warp_keys(qt, pk, 4 * c), keys.end).unmasked_end;
+  const int masked_from = max(1, min(num_tiles, (unmasked - keys.begin) / TILE_K));
   int tile = 0;
   for (; tile + 1 < masked_from; ++tile) step(false, tile);
   for (; tile + 1 < num_tiles; ++tile) step(true, tile);
@@ -390,14 +412,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     wgmma_pin(sm.o);
   }
   sm.sum_rows();
-
-  // Only real rows are stored (stage 03's WholeContext: final out and lse).
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const QueryTile::Row row = qt.row(pk, 16 * row_warp + g + 8 * i);
-    if (!row.real) continue;
-    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
-  }
+  store_rows(row_warp, sm);
 }
 
 // Host. K and V of the pool as [slots][num_kv_heads][head_dim] (a slot's row of
@@ -429,13 +444,22 @@ inline bool serves_layer(const AttentionParams& p) {
          slots_fit_coordinates(p);
 }
 
+// Host: the tile's programs over grid, for slice (whose blockIdx mapping the grid matches).
+template <int HEAD_DIM, Slice S>
+void launch_grid(const AttentionParams& p, const Packing& pk, const S& slice, dim3 grid, cudaStream_t stream) {
+  using T = HopperTile<HEAD_DIM>;
+  launch(hopper_pipeline_kernel<T, S>, grid, dim3(T::NUM_THREADS), T::smem_bytes(), stream, make_maps(p, T::TILE_K), p,
+         pk, slice);
+}
+
 // Host: one program per (query tile, KV head, request) of p's batch, for slice.
 template <int HEAD_DIM, Slice S = stage03::WholeContext>
 void launch_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const S& slice = {}) {
-  using T = HopperTile<HEAD_DIM>;
-  const dim3 grid(stage03::query_tiles(p.batch.max_query_len, pk, T::ROWS), p.kv.num_kv_heads, p.batch.num_requests);
-  launch(hopper_pipeline_kernel<T, S>, grid, dim3(T::NUM_THREADS), T::smem_bytes(), stream, make_maps(p, T::TILE_K), p,
-         pk, slice);
+  const int rows = HopperTile<HEAD_DIM>::ROWS;
+  launch_grid<HEAD_DIM>(p, pk, slice,
+                        dim3(stage03::query_tiles(p.batch.max_query_len, pk, rows), p.kv.num_kv_heads,
+                             p.batch.num_requests),
+                        stream);
 }
 
 }  // namespace
