@@ -17,6 +17,8 @@
 //   engine_cascade  engine::plan_cascade(force 1) + engine::run_cascade: the warpgroup prefix
 //                   pass (going_further/warpgroup_prefix.cuh) and the two-warp suffix tile
 //   engine_auto     the same with force -1: the warpgroup pass's cost model picks per group
+//   engine_hopper   engine::plan_cascade(force 1, PrefillTiles::hopper): stage 09's tile
+//                   (TMA, mbarriers, wgmma) as the prefix pass, the same suffix tile
 //   04_split_kv     stage 04 on the same batch, for reference
 // Plans are built once per batch, before the timed iterations, as a serving
 // engine plans a step.
@@ -26,7 +28,7 @@
 //                 P in {128, 512, 2048, 4000, 16384} x B in {8, 64, 256} x S in {1, 128, 512}
 //   cascade_main  64 requests sharing a 4000-token prefix, S in {1, 128, 512}, in the
 //                 Qwen3-8B shape and an MHA shape (32 q / 32 kv heads, D 128); engine_cascade,
-//                 engine_auto and 07_cascade on the shared layout, 04_split_kv on both
+//                 engine_hopper, engine_auto and 07_cascade on the shared layout, 04_split_kv on both
 //   cascade_fit   the MHA shape at B = 64, P in {512, 2048, 4000, 16384} x S in {1, 128, 512},
 //                 engine_cascade only: with cascade_grid, what plot_cascade.py's time model fits
 // Names: family/backend/shape:S[/layout:L]/P:n/B:n/S:n, e.g.
@@ -111,6 +113,7 @@ struct Variant {
   std::string name;
   Runner runner;
   int force;  // the plan's force: 1 cascade, 0 plain, -1 cost model
+  engine::PrefillTiles prefix_tiles = engine::PrefillTiles::automatic;  // Runner::engine's prefix pass
 };
 
 const Variant k07Cascade{"07_cascade", Runner::stage07, 1};
@@ -118,6 +121,7 @@ const Variant k07Plain{"07_plain", Runner::stage07, 0};
 const Variant k07Auto{"07_auto", Runner::stage07, -1};
 const Variant kEngineCascade{"engine_cascade", Runner::engine, 1};
 const Variant kEngineAuto{"engine_auto", Runner::engine, -1};
+const Variant kEngineHopper{"engine_hopper", Runner::engine, 1, engine::PrefillTiles::hopper};
 const Variant k04SplitKv{"04_split_kv", Runner::stage04, 0};
 
 struct Cell {
@@ -163,7 +167,7 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
   const AttentionParams params = db.params();
   stage07::Cascade plan;
   if (v.runner == Runner::stage07) plan = stage07::plan(params, p.meta, groups, v.force);
-  if (v.runner == Runner::engine) plan = engine::plan_cascade(params, p.meta, groups, v.force);
+  if (v.runner == Runner::engine) plan = engine::plan_cascade(params, p.meta, groups, v.force, v.prefix_tiles);
   auto step = [&] {
     if (v.runner == Runner::stage07) {
       stage07::forward(params, plan);
@@ -241,7 +245,9 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
       const Cell shared{"cascade_main", shape, true, true, main_P, main_B, S, main_iters};
       Cell priv = shared;
       priv.shared = false;
-      for (const Variant& v : {kEngineCascade, kEngineAuto, k07Cascade, k04SplitKv}) out.push_back({v, shared});
+      for (const Variant& v : {kEngineCascade, kEngineHopper, kEngineAuto, k07Cascade, k04SplitKv}) {
+        out.push_back({v, shared});
+      }
       out.push_back({k04SplitKv, priv});
     }
   }
