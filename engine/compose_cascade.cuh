@@ -34,10 +34,23 @@ inline stage07::TileShape hopper_prefix_tile(int /*group_rows*/) {
 inline constexpr stage07::PrefixPassModel HOPPER_PREFIX_PASS{hopper_prefix_serves, hopper_prefix_tile,
                                                              further::choose_path_warpgroup<hopper_prefix_tile>};
 
+// The prefix pass's Slice: stage 07's splits, whose programs let the grid
+// launched after them in the stream (the suffix pass, SuffixMergeAfterPrefix)
+// start as soon as each has begun: the suffix programs take the SM room the
+// prefix programs leave and wait for the partials only in their epilogue, as
+// going_further's prefix kernel lets them (notes/07_cascade.md).
+struct PrefixStartsSuffix : stage07::PrefixSplits {
+  __device__ __forceinline__ int query_tile() const {
+    allow_dependent_grid();
+    return stage07::PrefixSplits::query_tile();
+  }
+};
+static_assert(Slice<PrefixStartsSuffix>);
+
 // The prefix pass on stage 09's tile: the cascaded queries gathered into the
 // plan's copy (stage 07's gather), then one program per (query tile x prefix
 // split, KV head, group) over the gathered batch, stage 07's PrefixSplits as
-// its Slice (partials out).
+// its Slice (partials out), which starts the suffix pass early.
 template <int HEAD_DIM>
 void launch_prefix_hopper(const AttentionParams& p, const stage03::Packing& pk, const stage07::Cascade& c,
                           cudaStream_t stream) {
@@ -51,9 +64,9 @@ void launch_prefix_hopper(const AttentionParams& p, const stage03::Packing& pk, 
          const_cast<bf16*>(c.q.data()), c.gather_rows.data(), row_elems);
   AttentionParams pg = stage07::gathered_batch(p, c);
   pg.q = c.q.data();
-  const stage07::PrefixSplits slice{const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
-                                    c.prefix_lens.data(), stage03::query_tiles(c.max_group_tokens, pk, T::ROWS),
-                                    c.prefix_keys_per_split};
+  const PrefixStartsSuffix slice{{const_cast<float*>(c.part_o.data()), const_cast<float*>(c.part_lse.data()),
+                                   c.prefix_lens.data(), stage03::query_tiles(c.max_group_tokens, pk, T::ROWS),
+                                   c.prefix_keys_per_split}};
   stage09::launch_grid<HEAD_DIM>(
       pg, pk, slice, dim3(slice.num_query_tiles * c.num_prefix_splits, pg.kv.num_kv_heads, c.num_groups), stream);
 }
