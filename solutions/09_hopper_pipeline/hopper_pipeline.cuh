@@ -176,7 +176,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
 #pragma unroll
         for (int h = 0; h < SLABS; ++h) {
           bf16* dst = tile + h * TILE_K * 64 + b * box_rows * 64;
-          //@ TODO 3: copy box b: whole when it lies inside [0, kv_end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
+          //@ TODO 3: copy box b: whole when it ends at or before kv_end (the range's end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
           if (k0 + box_rows <= kv_end || row[i] < 0) {
             tma_load_3d(dst, box_map, 64 * h, lookup.kv_head, row[i] < 0 ? -box_rows : row[i], full);
           } else {

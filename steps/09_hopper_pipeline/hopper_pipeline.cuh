@@ -168,7 +168,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
 #pragma unroll
         for (int h = 0; h < SLABS; ++h) {
           bf16* dst = tile + h * TILE_K * 64 + b * box_rows * 64;
-          // TODO 3: copy box b: whole when it lies inside [0, kv_end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
+          // TODO 3: copy box b: whole when it ends at or before kv_end (the range's end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
           (void)row_map;
           if (t == 0 && b == 0 && h == 0) PA_TODO(3);
           tma_load_3d(dst, box_map, 64 * h, lookup.kv_head, max(row[i], 0), full);  // placeholder: every box whole, slot 0 past the end
