@@ -25,10 +25,7 @@ stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, c
       PA_REQUIRE(detail::hopper_prefix_serves(p),
                  "engine::plan_cascade: stage 09's prefix pass (PrefillTiles::hopper) reads bf16 caches of at most "
                  "2^31 - 1 slots; this layer's cache is " + std::string(pa::name(p.kv.format)));
-#if defined(__CUDACC__)  // the CPU runtime emulates TMA, mbarriers and wgmma
-      PA_REQUIRE(detail::device_is_sm90(), "engine::plan_cascade: stage 09's prefix pass (PrefillTiles::hopper) "
-                                           "needs an sm_90 GPU (its code is sm_90a); this one is not");
-#endif
+      detail::require_hopper_device("engine::plan_cascade: stage 09's prefix pass (PrefillTiles::hopper)");
       model = &detail::HOPPER_PREFIX_PASS;
       break;
   }

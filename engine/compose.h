@@ -4,6 +4,8 @@
 // one stage rebuilds only the units that include it.
 #pragma once
 
+#include <string>
+
 #include "common/attention_params.h"
 #include "common/check.h"
 #include "common/stages.h"
@@ -26,8 +28,10 @@ void run_int8_sinks(const Launch& l);
 void run_fp8(const Launch& l);
 void run_fp8_sinks(const Launch& l);
 
-// Whether the current device is an sm_90 GPU (stage 09's code is sm_90a).
-bool device_is_sm90();
+// Stops with a clear error, what naming the part asked for, where stage 09's
+// sm_90a code cannot run: a GPU build on a device that is not sm_90 (the CPU
+// runtime emulates TMA, mbarriers and wgmma, so it runs everywhere there).
+void require_hopper_device(const std::string& what);
 
 // Cascade (stage 07) with or without learned sinks, one unit per format.
 void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);

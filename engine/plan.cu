@@ -17,20 +17,7 @@
 #include "solutions/09_hopper_pipeline/hopper_pipeline.cuh"
 
 namespace pa::engine {
-namespace detail {
-// Whether the current device runs stage 09's sm_90a code: compute capability
-// 9.0 (the CPU runtime reports 0.0).
-bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  PA_CHECK(cudaGetDevice(&device));
-  PA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  PA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-}
-}  // namespace detail
-
 namespace {
-using detail::device_is_sm90;
 
 static_assert(TUNED_MAX_SPLITS == stage04::MAX_SPLITS, "a tuned table's split counts are stage 04's");
 
@@ -83,6 +70,16 @@ stage04::SplitPlan tuned_split_plan(int span_keys, int block_size, int num_split
   return stage04::SplitPlan{stage04::ceil_div(num_blocks, blocks_per_split), blocks_per_split};
 }
 
+// Whether the current device runs stage 09's sm_90a code: compute capability
+// 9.0 (the CPU runtime reports 0.0).
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  PA_CHECK(cudaGetDevice(&device));
+  PA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  PA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
 // Options::prefill_tiles: whether a path that runs prefill query tiles runs
 // stage 09's. PrefillTiles::hopper is checked whatever the path.
 bool plans_hopper_prefill(const AttentionParams& p, PrefillTiles choice) {
@@ -94,14 +91,21 @@ bool plans_hopper_prefill(const AttentionParams& p, PrefillTiles choice) {
   PA_REQUIRE(stage09::serves_layer(p),
              "engine::plan: stage 09's prefill tile (PrefillTiles::hopper) serves bf16 caches with causal attention "
              "only: no window, no learned sinks, not batch-invariant, at most 2^31 - 1 cache slots");
-#if defined(__CUDACC__)  // the CPU runtime emulates TMA, mbarriers and wgmma
-  PA_REQUIRE(device_is_sm90(), "engine::plan: stage 09's prefill tile (PrefillTiles::hopper) needs an sm_90 GPU "
-                               "(its code is sm_90a); this one is not");
-#endif
+  detail::require_hopper_device("engine::plan: stage 09's prefill tile (PrefillTiles::hopper)");
   return true;
 }
 
 }  // namespace
+
+namespace detail {
+void require_hopper_device(const std::string& what) {
+#if defined(__CUDACC__)  // the CPU runtime emulates TMA, mbarriers and wgmma
+  PA_REQUIRE(device_is_sm90(), what + " needs an sm_90 GPU (its code is sm_90a); this one is not");
+#else
+  (void)what;
+#endif
+}
+}  // namespace detail
 
 Bounds bounds_of(const BatchView& batch) {
   return Bounds{batch.num_requests, batch.num_tokens, batch.max_query_len, batch.max_seq_len, batch.decode_only};

@@ -282,6 +282,28 @@ TEST_P(EngineCascade, MatchesOracleAndPlainPath) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineCascade, testing::ValuesIn(cascade_cases()), cascade_case_name);
 
+// Runs the engine's cascade plan on k's batch and checks it against the oracle
+// (and its padding rows against exact zeros), then, where both plans were
+// forced the same way, against stage 07's own passes (bf16) or stage 05's
+// plain path (stage 07 runs bf16 caches only).
+void expect_engine_cascade_matches(const CascadeCase& k, const Problem& p, DeviceBatch& db,
+                                   const std::vector<PrefixGroup>& groups, const stage07::Cascade& plan,
+                                   const std::string& label) {
+  engine::run_cascade(plan, db.params());
+  expect_device_matches_oracle(p, db, label, reference_attention(p));
+  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label + ": ");
+  if (k.force == kModel) return;  // the two models may choose differently
+  const std::vector<float> out = db.out_host(), lse = db.lse_host();
+  db.poison_outputs();
+  if (p.cfg.kv_format == KvFormat::bf16) {
+    stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, k.force));
+    expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against stage 07's own passes");
+  } else {
+    run_plain(p, db);
+    expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against the plain path (stage 05)");
+  }
+}
+
 // Stage 07's cases through the engine's cascade: the warpgroup prefix pass
 // where it serves (bf16, head_dim <= 128), the two-warp suffix tile.
 class EngineStage07Cases : public testing::TestWithParam<CascadeCase> {};
@@ -297,19 +319,7 @@ TEST_P(EngineStage07Cases, MatchesOracleAndStage07) {
       << "the engine plans for the warpgroup prefix pass where it serves: bf16 caches, head_dim <= 128";
   const std::string label = "case " + k.c.name + " (engine cascade, force " + std::to_string(k.force) +
                             (plan.warpgroup_prefix ? ", warpgroup prefix pass)" : ", stage 03's prefix tiles)");
-  engine::run_cascade(plan, db.params());
-  expect_device_matches_oracle(p, db, label, reference_attention(p));
-  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label + ": ");
-  if (k.force == kModel) return;  // the two models may choose differently
-  const std::vector<float> out = db.out_host(), lse = db.lse_host();
-  db.poison_outputs();
-  if (p.cfg.kv_format == KvFormat::bf16) {
-    stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, k.force));
-    expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against stage 07's own passes");
-  } else {  // stage 07 runs bf16 caches only: the 8-bit cascade is compared with stage 05's plain path
-    run_plain(p, db);
-    expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against the plain path (stage 05)");
-  }
+  expect_engine_cascade_matches(k, p, db, groups, plan, label);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineStage07Cases, testing::ValuesIn(stage07_cases()), stage07_case_name);
@@ -349,14 +359,7 @@ TEST_P(EngineHopperPrefix, MatchesOracleAndStage07) {
   }
   const std::string label = "case " + k.c.name + " (engine cascade, stage 09's prefix pass, " +
                             std::to_string(plan.num_prefix_splits) + " prefix split(s))";
-  engine::run_cascade(plan, db.params());
-  expect_device_matches_oracle(p, db, label, reference_attention(p));
-  if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, label + ": ");
-  if (k.force == kModel) return;
-  const std::vector<float> out = db.out_host(), lse = db.lse_host();
-  db.poison_outputs();
-  stage07::forward(db.params(), stage07::plan(db.params(), p.meta, groups, k.force));
-  expect_same_as_backend(p, out, lse, db.out_host(), db.lse_host(), label + ": against stage 07's own passes");
+  expect_engine_cascade_matches(k, p, db, groups, plan, label);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineHopperPrefix, testing::ValuesIn(hopper_prefix_cases()), stage07_case_name);

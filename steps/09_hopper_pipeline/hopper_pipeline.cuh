@@ -94,6 +94,21 @@ struct Barriers {
   Mbarrier empty_k[T::STAGES], empty_v[T::STAGES];  // every consumer warp is done with the slot
   Mbarrier turn[T::CONSUMERS];                       // consumer c may issue its products
   Mbarrier q_ready[T::CONSUMERS];                    // consumer c's 64 rows of Q have landed
+
+  // One thread, before the program's last __syncthreads: each barrier's arrival count.
+  __device__ void init() {
+    for (int s = 0; s < T::STAGES; ++s) {
+      full_k[s].init(1);  // the producer's arrive_expect_tx; the copies complete the bytes
+      full_v[s].init(1);
+      empty_k[s].init(128 * T::CONSUMERS);  // every consumer thread (see release)
+      empty_v[s].init(128 * T::CONSUMERS);
+    }
+    for (int c = 0; c < T::CONSUMERS; ++c) {
+      turn[c].init(128);     // the other consumer's threads hand over
+      q_ready[c].init(128);  // every thread of consumer c, once its copies of Q landed
+    }
+    fence_mbarrier_init();
+  }
 };
 
 // The four tensor maps over the paged pool, made on the host per launch: K and
@@ -205,6 +220,19 @@ constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 // slice: stage 03's Slice. This stage's forward reads whole contexts
 // (WholeContext); the engine passes others (a request subset, a prefix split),
 // whose key ranges begin at a multiple of TILE_K.
+// The weights as P's A fragments, straight from S's accumulators (as stage 03):
+// s [TILE_K / 8][4] fp32 -> pa [TILE_K / 16][4] bf16 pairs.
+template <int TILE_K>
+__device__ __forceinline__ void pack_weights(const float (&s)[TILE_K / 8][4], uint32_t (&pa)[TILE_K / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < TILE_K / 16; ++kk) {
+    pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
 template <class T, Slice S = stage03::WholeContext>
 __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk, S slice) {
@@ -250,19 +278,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     return;
   }
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < T::STAGES; ++s) {
-      bar.full_k[s].init(1);  // the producer's arrive_expect_tx; the copies complete the bytes
-      bar.full_v[s].init(1);
-      bar.empty_k[s].init(128 * T::CONSUMERS);  // every consumer thread (see release)
-      bar.empty_v[s].init(128 * T::CONSUMERS);
-    }
-    for (int c = 0; c < T::CONSUMERS; ++c) {
-      bar.turn[c].init(128);     // the other consumer's threads hand over
-      bar.q_ready[c].init(128);  // every thread of consumer c, once its copies of Q landed
-    }
-    fence_mbarrier_init();
-  }
+  if (threadIdx.x == 0) bar.init();
   __syncthreads();  // the last barrier of the whole program: from here the roles part
 
   if (warpgroup == 0) {
@@ -323,16 +339,6 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     sm.weights(s, pk.scale_log2);
     return moved;
   };
-  // The weights as P's A fragments, straight from S's accumulators (as stage 03).
-  auto pack_weights = [&](const float(&s)[S_TILES][4], uint32_t(&pa)[TILE_K / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < TILE_K / 16; ++kk) {
-      pa[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-  };
   float s[S_TILES][4];
   uint32_t p_now[TILE_K / 16][4];  // P of the tile being added to O
   float alpha[2];
@@ -367,7 +373,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   wgmma_pin(s);
   release(bar.empty_k[0]);
   to_weights(true, s, 0, alpha);  // o is still zero: nothing to rescale
-  pack_weights(s, p_now);
+  pack_weights<TILE_K>(s, p_now);
   // Every wait on a barrier (a loop) comes before a step's first product: ptxas
   // tracks which wgmma group a wait retires only within straight-line code, and
   // across a branch it serializes the products or waits for both groups before
@@ -392,7 +398,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     // TODO 4: the rescale between the two products: O, to which P V of this tile has just been added, takes the factors of tile + 1's new maxima (only where a row's max moved)
     (void)moved;
     if (threadIdx.x % 128 == 0 && tile == 0) PA_TODO(4);  // placeholder: O keeps the old scale
-    pack_weights(s, p_now);
+    pack_weights<TILE_K>(s, p_now);
   };
   // Tiles below masked_from lie wholly under the diagonal of the warpgroup's
   // oldest row: no key of theirs is masked for any of its 64 rows.
