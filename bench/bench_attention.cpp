@@ -11,8 +11,9 @@
 //   skewed   1 decode of 32768 tokens beside 63 of 512
 //   prefill  one causal prompt of 4096 or 16384 tokens; at 4096 also in two
 //            other shapes (model:g16-d64: 64 q / 4 kv heads, D 64; model:g16-d256:
-//            32 q / 2 kv heads, D 256) and on 256-token blocks, shuffled
-//            (block:256) and in one contiguous run (block:256/contiguous)
+//            32 q / 2 kv heads, D 256), on 64-token blocks (block:64) and on
+//            256-token blocks, shuffled (block:256) and in one contiguous run
+//            (block:256/contiguous)
 //   checked  what checked launches cost (AttentionParams::checked: one validation kernel
 //            and a host synchronisation before the attention kernels): 04_split_kv at
 //            decode 64 x 4096 and 1 x 4096, labels .../checked:off and .../checked:on
@@ -152,7 +153,8 @@ std::vector<BenchCase> cases() {
   {
     const int n = kGpu ? 4096 : 64;
     const std::string len = "batch:1/len:" + std::to_string(n);
-    const std::vector<std::string> tiles = {"03_gqa_packing", "09_hopper_pipeline", "engine", "vendor_cudnn"};
+    const std::vector<std::string> tiles = {"03_gqa_packing", "09_hopper_pipeline", "engine", "engine_cp_async",
+                                            "vendor_cudnn"};
     const auto heads = [](int hq, int hkv, int d) {
       return [=](AttentionConfig& c) {
         c.num_q_heads = hq;
@@ -162,6 +164,8 @@ std::vector<BenchCase> cases() {
     };
     out.push_back({"prefill", len + "/model:g16-d64", {{n, n}}, kGpu ? 5 : 1, heads(64, 4, 64), false, tiles});
     out.push_back({"prefill", len + "/model:g16-d256", {{n, n}}, kGpu ? 5 : 1, heads(32, 2, 256), false, tiles});
+    const auto block_64 = [](AttentionConfig& c) { c.block_size = 64; };
+    out.push_back({"prefill", len + "/block:64", {{n, n}}, kGpu ? 5 : 1, block_64, false, tiles});
     const auto block_256 = [](AttentionConfig& c) { c.block_size = 256; };
     out.push_back({"prefill", len + "/block:256", {{n, n}}, kGpu ? 5 : 1, block_256, false, tiles});
     BenchCase contiguous{"prefill", len + "/block:256/contiguous", {{n, n}}, kGpu ? 5 : 1, block_256, false, tiles};

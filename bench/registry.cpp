@@ -39,6 +39,21 @@ Backend engine_backend(std::string name, std::function<void(AttentionConfig&)> c
 std::string work_list_serves(const Problem& p) {
   return p.meta.decode_only ? std::string() : "the work list serves decode-only batches";
 }
+// Stage 09's ring filled by cp.async (Options::prefill_copies): its tiles run
+// on an sm_90 GPU (or on the CPU runtime, which emulates them) and only for
+// batches with prefill chunks.
+std::string cp_async_serves(const Problem& p) {
+  if (p.meta.decode_only) return "cp.async copies fill stage 09's prefill tiles; a decode batch runs none";
+#if defined(PA_GPU_BUILD)
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "no CUDA device to ask for its compute capability";
+  if (major != 9 || minor != 0) return "stage 09's tile needs an sm_90 GPU (its code is sm_90a)";
+#endif
+  return {};
+}
 }  // namespace
 
 const std::vector<Backend>& backends() {
@@ -101,6 +116,14 @@ const std::vector<Backend>& backends() {
       {"engine_work_list_window", work_list_serves, nullptr, [](AttentionConfig& c) { c.window = kBenchWindow; },
        [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
          return engine_step(db, engine::Options{.work_list = true});
+       }},
+      // The engine's prefill with stage 09's ring filled by cp.async instead of
+      // tensor copies: bench_attention's prefill rows at blocks 16, 64 and 256
+      // beside engine's are the comparison (one box per block against 16 bytes a lane).
+      {"engine_cp_async", cp_async_serves, nullptr, nullptr,
+       [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+         return engine_step(db, engine::Options{.prefill_tiles = engine::PrefillTiles::hopper,
+                                                .prefill_copies = engine::PrefillCopies::cp_async});
        }},
 #if PA_HAVE_CUDNN
       // The vendor's answer: cuDNN's fused attention on the same paged cache,

@@ -17,6 +17,7 @@
 #include "solutions/06_sliding_window/sliding_window.cuh"
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
 #include "solutions/09_hopper_pipeline/hopper_pipeline.cuh"
+#include "hopper_cp_async.cuh"
 
 namespace pa::engine::detail {
 namespace {
@@ -54,6 +55,17 @@ constexpr bool HOPPER_COMPOSES =
 
 inline bool hopper_prefill(const Plan& plan, const AttentionParams& p) {
   return plan.hopper_prefill && stage09::serves_layer(p);
+}
+
+// Stage 09's tiles over p's batch for slice, filled as the plan says (Plan::cp_async_copies).
+template <int HEAD_DIM, Slice S = stage03::WholeContext>
+void launch_hopper_tiles(const Plan& plan, const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
+                         const S& slice = {}) {
+  if (plan.cp_async_copies) {
+    stage09::launch_tiles<HEAD_DIM, S, detail::CpAsyncProducer>(p, pk, stream, slice);
+  } else {
+    stage09::launch_tiles<HEAD_DIM, S>(p, pk, stream, slice);
+  }
 }
 
 // ---- The mixed path: a batch of prefill chunks and decodes, each on its own tile.
@@ -103,7 +115,7 @@ void run_mixed(const Plan& plan, const AttentionParams& p, const stage03::Packin
     bool on_hopper = false;
     if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
       on_hopper = hopper_prefill(plan, p);
-      if (on_hopper) stage09::launch_tiles<HEAD_DIM>(p, pk, stream, chunks(stage03::WholeContext{}));
+      if (on_hopper) launch_hopper_tiles<HEAD_DIM>(plan, p, pk, stream, chunks(stage03::WholeContext{}));
     }
     if (!on_hopper) {
       stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, chunks);
@@ -362,7 +374,7 @@ void run_path(const Launch& l, const stage03::Packing& pk, const Adapt& adapt) {
         if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
           const bool decode_tile = (p.batch.max_query_len << pk.group_shift) <= Tiles::template Decode<HEAD_DIM>::ROWS;
           if (!decode_tile && hopper_prefill(l.plan, p)) {
-            stage09::launch_tiles<HEAD_DIM>(p, pk, l.stream);
+            launch_hopper_tiles<HEAD_DIM>(l.plan, p, pk, l.stream);
             return;
           }
         }

@@ -69,6 +69,13 @@ enum class PrefillTiles : uint8_t {
               //   an sm_90 GPU, or the CPU runtime (which emulates it: tests)
 };
 
+// How stage 09's tile fills its ring of K/V slots, where a plan runs it.
+enum class PrefillCopies : uint8_t {
+  tma,       // stage 09's: one tensor copy per cache block (at most a tile's rows) and 64-dim slab
+  cp_async,  // 16-byte cp.async copies by the producer warp's lanes into the same slots
+             //   (engine/hopper_cp_async.cuh), what FlashInfer keeps for small pages; not with mma_sync tiles
+};
+
 struct Options {
   int num_splits = 0;  // 0: the engine decides (stage 04's rule); 1..64 forces that many splits on the decodes
   int num_sms = 0;     // 0: the current device's SM count
@@ -85,6 +92,7 @@ struct Options {
   // tuned table or batch-invariant mode.
   bool work_list = false;
   PrefillTiles prefill_tiles = PrefillTiles::automatic;
+  PrefillCopies prefill_copies = PrefillCopies::tma;
 };
 
 // Made by plan(), read by run(). Plain data: copy it, keep it beside the workspace.
@@ -105,6 +113,7 @@ struct Plan {
   int span_keys = 0;        // the most keys a request reads (its context, or its window)
   bool tuned = false;       // num_splits came from Options::tuned's table, not from stage 04's rule
   bool hopper_prefill = false;  // prefill query tiles on stage 09's tile (Options::prefill_tiles), not stage 03's
+  bool cp_async_copies = false;  // stage 09's tile filled by cp.async, not TMA (Options::prefill_copies)
   size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D] (work list: rows 1)
   size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
   size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace

@@ -136,7 +136,7 @@ std::string Plan::describe() const {
   if (sink_tokens > 0) s += ", " + std::to_string(sink_tokens) + " sink tokens";
   if (sinks) s += ", learned sinks";
   if (tuned) s += ", tuned";
-  if (hopper_prefill) s += ", Hopper prefill tiles";
+  if (hopper_prefill) s += cp_async_copies ? ", Hopper prefill tiles (cp.async copies)" : ", Hopper prefill tiles";
   return s;
 }
 
@@ -236,6 +236,10 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
   // batch whose tiles fit the decode tile's rows takes that one: compose.cuh).
   const bool hopper = plans_hopper_prefill(p, options.prefill_tiles);
   pl.hopper_prefill = hopper && ((pl.path == Path::whole_tiles && !decode) || pl.path == Path::mixed);
+  PA_REQUIRE(options.prefill_copies == PrefillCopies::tma || options.prefill_tiles != PrefillTiles::mma_sync,
+             "engine::plan: Options::prefill_copies = cp_async fills stage 09's ring; "
+             "prefill_tiles = mma_sync runs no stage 09 tile (choose automatic or hopper)");
+  pl.cp_async_copies = pl.hopper_prefill && options.prefill_copies == PrefillCopies::cp_async;
   const bool partials =
       pl.path == Path::invariant || pl.path == Path::mixed || pl.path == Path::work_list || pl.num_splits > 1;
   if (partials) {

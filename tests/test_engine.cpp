@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/batch_ops.h"
@@ -36,17 +37,21 @@ struct EngineCase {
   bool work_list = false;  // Options::work_list
   int num_sms = 0;         // Options::num_sms (0: the device's)
   engine::PrefillTiles prefill = engine::PrefillTiles::automatic;  // Options::prefill_tiles
+  engine::PrefillCopies copies = engine::PrefillCopies::tma;        // Options::prefill_copies
 };
 
-const char* prefill_name(engine::PrefillTiles t) {
-  return t == engine::PrefillTiles::hopper ? ", Hopper prefill tiles" : t == engine::PrefillTiles::mma_sync ? ", mma.sync prefill tiles" : "";
+std::string prefill_name(engine::PrefillTiles t, engine::PrefillCopies copies) {
+  const std::string c = copies == engine::PrefillCopies::cp_async ? " (cp.async copies)" : "";
+  return t == engine::PrefillTiles::hopper ? ", Hopper prefill tiles" + c
+         : t == engine::PrefillTiles::mma_sync ? ", mma.sync prefill tiles"
+                                               : c;
 }
 
 std::string engine_case_name(const testing::TestParamInfo<EngineCase>& info) { return info.param.c.name; }
 void PrintTo(const EngineCase& k, std::ostream* os) {
   *os << k.c.name << " (" << k.c.cfg.describe() << ", num_splits " << k.num_splits
       << (k.batch_invariant ? ", batch-invariant" : "") << (k.work_list ? ", work list" : "")
-      << (k.num_sms ? ", " + std::to_string(k.num_sms) + " SMs" : "") << prefill_name(k.prefill) << ")";
+      << (k.num_sms ? ", " + std::to_string(k.num_sms) + " SMs" : "") << prefill_name(k.prefill, k.copies) << ")";
 }
 
 AttentionConfig with(AttentionConfig c, KvFormat f, int window = 0, int sink_tokens = 0, bool sinks = false) {
@@ -154,13 +159,19 @@ std::vector<EngineCase> engine_cases() {
   // Prefill tiles on both tiles whatever the device picks by default (the CPU
   // runtime runs stage 09's too): prompts, chunks beside decodes on the mixed
   // path (stage 09's programs skip the decodes, which the decode tile serves),
-  // padded heads and head sizes, and a batch small enough for the decode tile.
+  // padded heads and head sizes, and a batch small enough for the decode tile;
+  // stage 09's ring filled by its tensor copies and by cp.async, on pages of 1
+  // to 256 slots (a tile of many boxes, of one, and inside one block).
   const AttentionConfig g4 = config(8, 2, 128, 16);
-  for (const engine::PrefillTiles t : {engine::PrefillTiles::hopper, engine::PrefillTiles::mma_sync}) {
-    const std::string n = t == engine::PrefillTiles::hopper ? "Bf16_HopperPrefill_" : "Bf16_MmaSyncPrefill_";
+  using engine::PrefillCopies;
+  using engine::PrefillTiles;
+  for (const auto& [t, copies, n] : {std::tuple{PrefillTiles::hopper, PrefillCopies::tma, "Bf16_HopperPrefill_"},
+                                     std::tuple{PrefillTiles::hopper, PrefillCopies::cp_async, "Bf16_HopperCpAsync_"},
+                                     std::tuple{PrefillTiles::mma_sync, PrefillCopies::tma, "Bf16_MmaSyncPrefill_"}}) {
     auto add = [&](EngineCase e) {
       e.c.name = n + e.c.name;
       e.prefill = t;
+      e.copies = copies;
       cases.push_back(std::move(e));
     };
     add({{"Milestone", g4, milestone_requests()}});
@@ -171,6 +182,9 @@ std::vector<EngineCase> engine_cases() {
           BuildOptions{.seed = 11, .padding_rows = 1}}});
     add({{"Prompts_Group2_D256_Block64", config(4, 2, 256, 64), {{150, 300}, {129, 129}}}});
     add({{"Verify4_Group4_D128", g4, {{4, 50}, {1, 33}, {3, 3}}}});
+    add({{"Prompts_Group4_D128_Block256", config(8, 2, 128, 256), {{300, 300}, {77, 600}, {0, 0}},
+          BuildOptions{.seed = 13, .padding_rows = 1}}});
+    add({{"Prompt_Group1_D80_Block32", config(2, 2, 80, 32), {{260, 260}, {5, 133}}}});
   }
   return cases;
 }
@@ -186,7 +200,8 @@ TEST_P(Engine, MatchesOracle) {
                   engine::Options{.num_splits = k.num_splits,
                                   .num_sms = k.num_sms,
                                   .work_list = k.work_list,
-                                  .prefill_tiles = k.prefill});
+                                  .prefill_tiles = k.prefill,
+                                  .prefill_copies = k.copies});
   expect_device_matches_oracle(p, db, "case " + k.c.name, reference_attention(p));
   if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, "case " + k.c.name + ": ");
 }
@@ -537,6 +552,33 @@ TEST(EnginePlan, ChoosesThePrefillTile) {
   DeviceBatch dq(q);
   EXPECT_FALSE(engine::plan(dq.params(), b).hopper_prefill);
   expect_error([&] { engine::plan(dq.params(), b, {.prefill_tiles = PrefillTiles::hopper}); }, refusal);
+}
+
+// Options::prefill_copies fills stage 09's ring where a plan runs it; asked
+// beside stage 03's tile (which has no ring) it is refused.
+TEST(EnginePlan, FillsStage09sRingByCpAsyncWhenAsked) {
+  using engine::PrefillCopies;
+  using engine::PrefillTiles;
+  const Problem p = make_problem(config(8, 2, 128, 16), milestone_requests());
+  DeviceBatch db(p);
+  const engine::Bounds b = engine::bounds_of(db.params().batch);
+  const engine::Plan tma = engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::hopper});
+  EXPECT_FALSE(tma.cp_async_copies) << tma.describe();
+  const engine::Plan cp =
+      engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::hopper, .prefill_copies = PrefillCopies::cp_async});
+  EXPECT_TRUE(cp.hopper_prefill && cp.cp_async_copies) << cp.describe();
+  EXPECT_NE(cp.describe().find("cp.async copies"), std::string::npos) << cp.describe();
+  expect_error(
+      [&] {
+        engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::mma_sync, .prefill_copies = PrefillCopies::cp_async});
+      },
+      "prefill_tiles = mma_sync runs no stage 09 tile");
+  // A decode batch runs no prefill tile: nothing to fill.
+  const Problem d = make_problem(config(8, 2, 128, 16), ragged_decodes());
+  DeviceBatch dd(d);
+  EXPECT_FALSE(engine::plan(dd.params(), engine::bounds_of(dd.params().batch),
+                            {.prefill_tiles = PrefillTiles::hopper, .prefill_copies = PrefillCopies::cp_async})
+                   .cp_async_copies);
 }
 
 // The work list's grid is sized from the bounds alone: at most T + R items per

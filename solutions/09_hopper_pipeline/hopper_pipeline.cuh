@@ -98,11 +98,12 @@ struct Barriers {
   Mbarrier turn[T::CONSUMERS];                       // consumer c may issue its products
   Mbarrier q_ready[T::CONSUMERS];                    // consumer c's 64 rows of Q have landed
 
-  // One thread, before the program's last __syncthreads: each barrier's arrival count.
-  __device__ void init() {
+  // One thread, before the program's last __syncthreads: each barrier's arrival
+  // count. full_arrivals: the producer's arrivals per fill (its Producer's).
+  __device__ void init(int full_arrivals) {
     for (int s = 0; s < T::STAGES; ++s) {
-      full_k[s].init(1);  // the producer's arrive_expect_tx; the copies complete the bytes
-      full_v[s].init(1);
+      full_k[s].init(full_arrivals);
+      full_v[s].init(full_arrivals);
       empty_k[s].init(128 * T::CONSUMERS);  // every consumer thread (see release)
       empty_v[s].init(128 * T::CONSUMERS);
     }
@@ -210,6 +211,18 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
   }
 }
 
+// Who fills the ring, as a kernel parameter: this stage's is the TMA warp above
+// (the engine times another way of filling the same slots against it).
+struct TmaProducer {
+  static constexpr int FULL_ARRIVALS = 1;  // lane 0's arrive_expect_tx; the copies complete the bytes
+  template <class T>
+  __device__ __forceinline__ static void fill(const TmaMaps& maps, const AttentionParams&, const Packing& pk,
+                                              const KvLookup& lookup, const KeyRange& keys, int num_tiles, bf16* k_s,
+                                              bf16* v_s, Barriers<T>& bar) {
+    produce<T>(maps, pk, lookup, keys, num_tiles, k_s, v_s, bar);
+  }
+};
+
 // Q's 64 rows of consumer c -> its rows of the Sw128 slabs [SLABS][ROWS][64],
 // by cp.async (a tile's rows are not one box of q when the group is padded).
 // Rows that are not real and dims past head_dim are zeros.
@@ -250,7 +263,7 @@ __device__ __forceinline__ void pack_weights(const float (&s)[TILE_K / 8][4], ui
   }
 }
 
-template <class T, Slice S = stage03::WholeContext>
+template <class T, Slice S = stage03::WholeContext, class Producer = TmaProducer>
 __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk, S slice) {
   static_assert(!after_prior_grid<S>, "the tile starts with its grid: no Slice that waits for an earlier one");
@@ -295,12 +308,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     return;
   }
 
-  if (threadIdx.x == 0) bar.init();
+  if (threadIdx.x == 0) bar.init(Producer::FULL_ARRIVALS);
   __syncthreads();  // the last barrier of the whole program: from here the roles part
 
   if (warpgroup == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (warp == 0) produce<T>(maps, pk, KvLookup(p, qt.r, qt.kv_head), keys, num_tiles, k_s, v_s, bar);
+    const KvLookup lookup(p, qt.r, qt.kv_head);
+    if (warp == 0) Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, k_s, v_s, bar);
     return;  // the copies complete on the consumers' barriers; the consumers outlive them
   }
   setmaxnreg_inc<CONSUMER_REGS>();
@@ -471,18 +485,18 @@ inline bool serves_layer(const AttentionParams& p) {
 }
 
 // Host: the tile's programs over grid, for slice (whose blockIdx mapping the grid matches).
-template <int HEAD_DIM, Slice S>
+template <int HEAD_DIM, class Producer = TmaProducer, Slice S>
 void launch_grid(const AttentionParams& p, const Packing& pk, const S& slice, dim3 grid, cudaStream_t stream) {
   using T = HopperTile<HEAD_DIM>;
-  launch(hopper_pipeline_kernel<T, S>, grid, dim3(T::NUM_THREADS), T::smem_bytes(), stream, make_maps(p, T::TILE_K), p,
-         pk, slice);
+  launch(hopper_pipeline_kernel<T, S, Producer>, grid, dim3(T::NUM_THREADS), T::smem_bytes(), stream,
+         make_maps(p, T::TILE_K), p, pk, slice);
 }
 
 // Host: one program per (query tile, KV head, request) of p's batch, for slice.
-template <int HEAD_DIM, Slice S = stage03::WholeContext>
+template <int HEAD_DIM, Slice S = stage03::WholeContext, class Producer = TmaProducer>
 void launch_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const S& slice = {}) {
   const int rows = HopperTile<HEAD_DIM>::ROWS;
-  launch_grid<HEAD_DIM>(p, pk, slice,
+  launch_grid<HEAD_DIM, Producer>(p, pk, slice,
                         dim3(stage03::query_tiles(p.batch.max_query_len, pk, rows), p.kv.num_kv_heads,
                              p.batch.num_requests),
                         stream);
