@@ -99,6 +99,20 @@ struct Mbarrier {
 #endif
   }
 
+  // One arrival on the current phase once every cp.async this thread has issued
+  // so far has landed (cp.async.mbarrier.arrive.noinc: the arrival is one of
+  // init's count, not an extra one). The thread goes on at once; its copies
+  // complete on the barrier as a tensor copy's bytes do. Their writes are the
+  // generic proxy's: a waiter that reads them through the async proxy (wgmma)
+  // fences first (fence_async_smem).
+  __device__ __forceinline__ void arrive_on_cp_async(PA_MBAR_LOC_ONLY) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&state)) : "memory");
+#elif !defined(__CUDACC__)
+    cpucuda::detail::cp_async_arrive(&state, PA_MBAR_LOC);
+#endif
+  }
+
   // Announces `tx_bytes` that bulk copies will deliver to this phase, and
   // arrives: the producer's one call per slot and fill, before or after it
   // issues the copies.

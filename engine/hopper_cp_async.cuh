@@ -6,11 +6,12 @@
 // 16-byte chunks (two rows of 128 dims per warp instruction) straight into the
 // 128-byte swizzle that wgmma reads, zero-filling keys past the range's end and
 // dims past head_dim, as the tensor copies do. A cp.async completes on no
-// barrier: each lane waits for its own group, makes its writes visible to the
-// async proxy (wgmma reads through it) and arrives on the slot's full barrier,
-// so a fill is FULL_ARRIVALS = 32 arrivals and announces no bytes. A lane
-// arrives on a fill once its next one is issued, so one fill of K or V is
-// always in flight while it waits.
+// barrier by itself: each lane arrives on the slot's full barrier through
+// cp.async.mbarrier.arrive, which fires once the lane's copies have landed, so a
+// fill is FULL_ARRIVALS = 32 arrivals, announces no bytes, and the warp runs
+// ahead through the ring as the tensor copies' producer does. The copies write
+// through the generic proxy: a consumer fences for the async proxy after its
+// wait (landed()), before its wgmma reads the slot.
 //
 // Why both exist: a tensor copy moves one box per cache block, so a tile of
 // 16-slot pages is 8 boxes per 64-dim slab; cp.async moves 16 bytes a lane
@@ -34,6 +35,10 @@ namespace pa::engine::detail {
 struct CpAsyncProducer {
   static constexpr int FULL_ARRIVALS = 32;  // every lane of the producer warp, once its copies landed
 
+  // A consumer's step after its wait on a full barrier: the copies wrote through
+  // the generic proxy, and wgmma reads the slot through the async proxy.
+  __device__ __forceinline__ static void landed() { fence_async_smem(); }
+
   // Tiles 0 .. num_tiles - 1 of keys [keys.begin, keys.end) into the ring, K then
   // V of each. A tile's rows come in boxes of one cache block (at most TILE_K
   // rows, as stage 09's): lane b looks up box b's first slot a tile ahead of
@@ -49,7 +54,6 @@ struct CpAsyncProducer {
     const int lane = threadIdx.x % 32;
     const int box_rows = min(1 << pk.block_shift, TILE_K), boxes = TILE_K / box_rows;
     const int dims = p.kv.head_dim;
-    Mbarrier* landing = nullptr;  // the fill this lane's newest-but-one group completes
     for (int t = 0; t < num_tiles; ++t) {
       const stage09::RingPos<T::STAGES> pos(t);
       const int tile_first = keys.begin + t * TILE_K;
@@ -83,18 +87,9 @@ struct CpAsyncProducer {
             }
           }
         }
-        cp_async_commit();
-        if (landing != nullptr) {
-          cp_async_wait<1>();  // the previous fill's copies of this lane have landed
-          fence_async_smem();
-          landing->arrive();
-        }
-        landing = &full;
+        full.arrive_on_cp_async();  // once this lane's copies of the fill have landed
       }
     }
-    cp_async_wait<0>();
-    fence_async_smem();
-    landing->arrive();
   }
 };
 

@@ -200,6 +200,9 @@ void cp_async_wait(int max_pending);
 void mbarrier_init(uint64_t* bar, uint32_t count, const char* file, int line);
 void mbarrier_arrive(uint64_t* bar, uint32_t tx_bytes, const char* file, int line);
 bool mbarrier_try_wait(uint64_t* bar, uint32_t parity, const char* file, int line);
+// cp.async.mbarrier.arrive.noinc: the calling thread's cp.async copies, committed
+// or not, land now (a schedule the hardware may take), then it arrives on `bar`.
+void cp_async_arrive(uint64_t* bar, const char* file, int line);
 void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, const char* file, int line);
 
 // TMA tensor copies behind common/tma.cuh. A map is kTmaMapBytes of the

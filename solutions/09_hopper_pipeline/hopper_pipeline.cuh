@@ -221,6 +221,9 @@ struct TmaProducer {
                                               bf16* v_s, Barriers<T>& bar) {
     produce<T>(maps, pk, lookup, keys, num_tiles, k_s, v_s, bar);
   }
+  // A consumer's step after its wait on a full barrier: tensor copies write
+  // through the async proxy that wgmma reads, so there is nothing to order.
+  __device__ __forceinline__ static void landed() {}
 };
 
 // Q's 64 rows of consumer c -> its rows of the Sw128 slabs [SLABS][ROWS][64],
@@ -389,6 +392,10 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // sit between a step's first product and its last wait, where a branch (one
   // elected thread) would cost the overlap (see the loop below).
   auto release = [&](Mbarrier& empty) { empty.arrive(); };
+  auto wait_full = [&](Mbarrier& full, uint32_t parity) {
+    full.wait(parity);
+    Producer::landed();
+  };
   // The ping-pong: consumer c's k-th products wait for the other's k-th hand-over
   // (consumer 0's first turn is handed over before the loop).
   uint32_t turns = 0;
@@ -396,7 +403,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   auto hand_over = [&] { bar.turn[other].arrive(); };
   if (c == 1) hand_over();  // consumer 0 goes first
 
-  bar.full_k[0].wait(0);
+  wait_full(bar.full_k[0], 0);
   take_turn();
   start_scores(s, 0);
   hand_over();
@@ -412,8 +419,8 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // One step: tile's P V and the scores of tile + 1.
   auto step = [&](bool mask_keys, int tile) {
     const RingPos<T::STAGES> now(tile), next(tile + 1);
-    bar.full_k[next.slot].wait(next.full_parity);
-    bar.full_v[now.slot].wait(now.full_parity);
+    wait_full(bar.full_k[next.slot], next.full_parity);
+    wait_full(bar.full_v[now.slot], now.full_parity);
     take_turn();
     start_scores(s, tile + 1);
     start_output(tile);
@@ -444,7 +451,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   for (; tile + 1 < num_tiles; ++tile) step(true, tile);
   {  // the last tile's P V
     const RingPos<T::STAGES> last(num_tiles - 1);
-    bar.full_v[last.slot].wait(last.full_parity);
+    wait_full(bar.full_v[last.slot], last.full_parity);
     take_turn();
     start_output(num_tiles - 1);
     hand_over();
