@@ -197,6 +197,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
 // Who fills the ring, as a kernel parameter: this stage's is the TMA warp above
 // (the engine times another way of filling the same slots against it).
 struct TmaProducer {
+  static constexpr int WARPS = 1;          // warps of the producer warpgroup that fill
   static constexpr int FULL_ARRIVALS = 1;  // lane 0's arrive_expect_tx; the copies complete the bytes
   template <class T>
   __device__ __forceinline__ static void fill(const TmaMaps& maps, const AttentionParams&, const Packing& pk,
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   if (warpgroup == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
     const KvLookup lookup(p, qt.r, qt.kv_head);
-    if (warp == 0) Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, k_s, v_s, bar);
+    if (warp < Producer::WARPS) Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, k_s, v_s, bar);
     return;  // the copies complete on the consumers' barriers; the consumers outlive them
   }
   setmaxnreg_inc<CONSUMER_REGS>();
