@@ -14,11 +14,9 @@
 //                   once for the group
 //   07_plain        stage07::plan(force 0): the same kernels, each request reading the prefix itself
 //   07_auto         stage07::plan(force -1): the cost model (choose_path) picks per group
-//   engine_cascade  engine::plan_cascade(force 1) + engine::run_cascade: the warpgroup prefix
-//                   pass (going_further/warpgroup_prefix.cuh) and the two-warp suffix tile
-//   engine_auto     the same with force -1: the warpgroup pass's cost model picks per group
-//   engine_hopper   engine::plan_cascade(force 1, PrefillTiles::hopper): stage 09's tile
-//                   (TMA, mbarriers, wgmma) as the prefix pass, the same suffix tile
+//   engine_cascade  engine::plan_cascade(force 1) + engine::run_cascade: stage 09's tile (TMA,
+//                   mbarriers, wgmma) as the prefix pass and the two-warp suffix tile
+//   engine_auto     the same with force -1: the engine's cost model picks per group
 //   04_split_kv     stage 04 on the same batch, for reference
 // Plans are built once per batch, before the timed iterations, as a serving
 // engine plans a step.
@@ -28,7 +26,7 @@
 //                 P in {128, 512, 2048, 4000, 16384} x B in {8, 64, 256} x S in {1, 128, 512}
 //   cascade_main  64 requests sharing a 4000-token prefix, S in {1, 128, 512}, in the
 //                 Qwen3-8B shape and an MHA shape (32 q / 32 kv heads, D 128); engine_cascade,
-//                 engine_hopper, engine_auto and 07_cascade on the shared layout, 04_split_kv on both
+//                 engine_auto and 07_cascade on the shared layout, 04_split_kv on both
 //   cascade_fit   the MHA shape at B = 64, P in {512, 2048, 4000, 16384} x S in {1, 128, 512},
 //                 engine_cascade only: with cascade_grid, what plot_cascade.py's time model fits
 // Names: family/backend/shape:S[/layout:L]/P:n/B:n/S:n, e.g.
@@ -121,7 +119,6 @@ const Variant k07Plain{"07_plain", Runner::stage07, 0};
 const Variant k07Auto{"07_auto", Runner::stage07, -1};
 const Variant kEngineCascade{"engine_cascade", Runner::engine, 1};
 const Variant kEngineAuto{"engine_auto", Runner::engine, -1};
-const Variant kEngineHopper{"engine_hopper", Runner::engine, 1, engine::PrefillTiles::hopper};
 const Variant k04SplitKv{"04_split_kv", Runner::stage04, 0};
 
 struct Cell {
@@ -245,7 +242,7 @@ std::vector<std::pair<Variant, Cell>> benchmarks() {
       const Cell shared{"cascade_main", shape, true, true, main_P, main_B, S, main_iters};
       Cell priv = shared;
       priv.shared = false;
-      for (const Variant& v : {kEngineCascade, kEngineHopper, kEngineAuto, k07Cascade, k04SplitKv}) {
+      for (const Variant& v : {kEngineCascade, kEngineAuto, k07Cascade, k04SplitKv}) {
         out.push_back({v, shared});
       }
       out.push_back({k04SplitKv, priv});

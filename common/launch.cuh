@@ -83,8 +83,8 @@ void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
 // reads the results of the kernel just before it only after
 // wait_for_prior_grid() (after_prior_grid, tile_contract.cuh) is started with
 // launch_dependent(), so its programs may walk their own keys while that kernel
-// finishes (stage 07's suffix pass after going_further's warpgroup prefix
-// pass). Every other Slice is started with launch().
+// finishes (stage 07's suffix pass after the engine's prefix pass on stage
+// 09's tile, engine/compose_cascade.cuh). Every other Slice is started with launch().
 template <Slice S, class... KernelArgs, class... Args>
 void launch_for_slice(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                       Args&&... args) {

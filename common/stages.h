@@ -126,8 +126,7 @@ struct Cascade {
   int num_prefix_splits = 1;    // the prefix pass cuts each prefix into this many key ranges
   int prefix_keys_per_split = 0;
   int max_own_keys = 0;         // the most keys a request reads in the suffix pass (its suffix, or all when plain)
-  bool warpgroup_prefix = false;  // planned for the engine's warpgroup (wgmma) prefix pass (engine::plan_cascade)
-  bool hopper_prefix = false;     // ... and that pass is stage 09's tile (engine::plan_cascade's prefix_tiles)
+  bool warpgroup_prefix = false;  // planned for the engine's prefix pass on stage 09's tile (engine::plan_cascade)
   DeviceBuffer<bf16> q;                 // [num_tokens, Hq, D]  the cascaded queries, gathered group by group
   DeviceBuffer<int> gather_rows;        // [num_tokens]         batch row of each gathered query
   DeviceBuffer<int> query_start_loc;    // [num_groups + 1]     gathered rows of each group
@@ -145,8 +144,8 @@ struct Cascade {
   int suffix_keys_per_split = 0;
   DeviceBuffer<float> suffix_o;         // [suffix_splits, batch num_tokens, Hq, D]
   DeviceBuffer<float> suffix_lse;       // [suffix_splits, batch num_tokens, Hq]
-  // A second stream for a suffix pass that runs beside the prefix pass (the engine's warpgroup
-  // pass, going_further/warpgroup_prefix.cuh); null when the plan runs the passes in one stream.
+  // A second stream for a suffix pass that runs beside the prefix pass (the engine's prefix
+  // pass, engine/compose_cascade.cuh); null when the plan runs the passes in one stream.
   std::unique_ptr<SideStream> side;
 };
 

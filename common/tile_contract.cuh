@@ -129,8 +129,8 @@ __device__ __forceinline__ int request_of(const S& slice) {
 // Whether a Slice's programs read the results of the kernel launched just before
 // them only after wait_for_prior_grid() (ptx.cuh), so that it may start as that
 // kernel's dependent launch (launch_for_slice, launch.cuh). False unless the
-// Slice declares AFTER_PRIOR_GRID (as the suffix pass after going_further's
-// warpgroup prefix pass does).
+// Slice declares AFTER_PRIOR_GRID (as the suffix pass after the engine's
+// prefix pass does, engine/compose_cascade.cuh).
 template <Slice S>
 inline constexpr bool after_prior_grid = false;
 template <Slice S>

@@ -32,6 +32,8 @@ void run_fp8_sinks(const Launch& l);
 // sm_90a code cannot run: a GPU build on a device that is not sm_90 (the CPU
 // runtime emulates TMA, mbarriers and wgmma, so it runs everywhere there).
 void require_hopper_device(const std::string& what);
+// The same as a question: true on the CPU runtime and on an sm_90 GPU.
+bool hopper_code_runs();
 
 // Cascade (stage 07) with or without learned sinks, one unit per format.
 void cascade_bf16(const AttentionParams& p, const stage07::Cascade& c, cudaStream_t stream);

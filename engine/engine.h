@@ -144,17 +144,17 @@ void run(const Plan& plan, const AttentionParams& p, void* workspace, size_t wor
 // no batch-invariant mode (a prefix pass serves a whole group).
 void run_cascade(const stage07::Cascade& cascade, const AttentionParams& p, cudaStream_t stream = nullptr);
 // stage07::plan() with the engine's prefix pass. prefix_tiles:
-//   automatic: the warpgroup (wgmma) kernel of going_further/warpgroup_prefix.cuh
-//              and its cost model where it serves (bf16, head_dim <= 128),
-//              stage 03's tiles elsewhere;
-//   hopper:    stage 09's tile (bf16, any head_dim; an sm_90 GPU or the CPU
-//              runtime), with the warpgroup pass's cost model;
+//   automatic: stage 09's tile (TMA, mbarriers, wgmma) and the engine's cost
+//              model where it serves (bf16 caches; an sm_90 GPU or the CPU
+//              runtime), stage 03's tiles and stage 07's model elsewhere;
+//   hopper:    stage 09's tile, or an error where it cannot run;
 //   mma_sync:  stage 03's tiles (stage 07's own plan).
 // force as stage07::plan's.
 stage07::Cascade plan_cascade(const AttentionParams& p, const BatchMeta& meta, const std::vector<PrefixGroup>& groups,
                               int force = -1, PrefillTiles prefix_tiles = PrefillTiles::automatic);
 // The cost model plan_cascade() asks for one group (stage07::choose_path's
-// arguments): the warpgroup pass's where it serves p, else stage 07's.
+// arguments): the engine's, for stage 09's prefix pass, where that serves p's
+// cache (bf16), else stage 07's.
 stage07::Path cascade_path(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len,
                            int num_sms);
 

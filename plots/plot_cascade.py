@@ -10,17 +10,16 @@ header comment of bench/bench_cascade.cpp):
     07_plain        the same plan forced plain (force 0): each request reads the prefix itself
     07_auto         stage 07's cost model (choose_path) picks per group (force -1); its
                     cascaded_groups counter says what it chose
-    engine_cascade  the engine's cascade, forced (engine::plan_cascade + run_cascade): the
-                    warpgroup (wgmma) prefix pass of going_further/, the two-warp suffix tile
-    engine_hopper   the engine's cascade, forced, with stage 09's tile (TMA, mbarriers,
-                    wgmma) as the prefix pass (PrefillTiles::hopper)
+    engine_cascade  the engine's cascade, forced (engine::plan_cascade + run_cascade): stage
+                    09's tile (TMA, mbarriers, wgmma) as the prefix pass, the two-warp suffix
+                    tile (before 2026-12-07: the engine's own wgmma prefix kernel)
     engine_auto     the engine's cost model picks per group
     04_split_kv     stage 04 on the same batch
 
 and its families: cascade_grid (Qwen3-8B shape, P x B x S, every variant),
 cascade_fit (the MHA shape at B = 64, engine_cascade only) and cascade_main (64
 requests sharing a 4000-token prefix, S in {1, 128, 512}, Qwen3-8B and MHA shapes:
-engine_cascade, engine_hopper, engine_auto, 07_cascade and 04_split_kv on the shared layout,
+engine_cascade, engine_auto, 07_cascade and 04_split_kv on the shared layout,
 04_split_kv on the private one). It
   - draws cascade_speedup.png: 07_plain's time / 07_cascade's time (the stage's
     own paths) against the prefix length P (log x) over the grid, one line per
@@ -482,12 +481,12 @@ def main_table(runs, read_gbps):
     """Markdown lines: the main case per shape and S."""
     rows, borrowed = main_cells(runs)
     out = ["| shape | P | B | S | floor us | 07_cascade ms | 07_plain ms | 07_auto ms | engine_cascade ms | "
-           "engine_hopper ms | engine_auto ms | 04 shared ms | 04 private ms | 07_cascade vs 04 shared | "
-           "vs 04 private | 07_cascade of floor | engine_cascade of floor | engine_hopper of floor | "
+           "engine_auto ms | 04 shared ms | 04 private ms | 07_cascade vs 04 shared | "
+           "vs 04 private | 07_cascade of floor | engine_cascade of floor | "
            "target (S = 128) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     if not rows:
-        out.append("| (no cascade_main entry in this run) |" + " |" * 18)
+        out.append("| (no cascade_main entry in this run) |" + " |" * 16)
 
     def speedup(base, c):
         return f"{base['ms_median'] / c['ms_median']:.2f}x" if ok(base) and ok(c) else ""
@@ -508,7 +507,7 @@ def main_table(runs, read_gbps):
                 return ""
             return f"{b['ms_median']:.4f}" + ("*" if (key, backend) in borrowed else "")
 
-        c, e, h = get("07_cascade"), get("engine_cascade"), get("engine_hopper")
+        c, e = get("07_cascade"), get("engine_cascade")
         s04, p04 = get("04_split_kv"), get("04_split_kv", "private")
         any_run = next((b for b in by.values() if ok(b)), None)
         floor_us = any_run["kv_bytes"] / (read_gbps * 1e9) * 1e6 if any_run and read_gbps else None
@@ -516,20 +515,19 @@ def main_table(runs, read_gbps):
         if S == TARGET_S and floor_us:
             limit = FLOOR_TARGET * floor_us
             got = [f"{name} {b['ms_median'] * 1e3:.1f} us ({'met' if b['ms_median'] * 1e3 <= limit else 'NOT met'})"
-                   for name, b in (("07_cascade", c), ("engine_cascade", e), ("engine_hopper", h)) if ok(b)]
+                   for name, b in (("07_cascade", c), ("engine_cascade", e)) if ok(b)]
             target = f"<= {limit:.0f} us" + (": " + ", ".join(got) if got else "")
         floor_cell = f"{floor_us:.1f}" if floor_us else ""
         out.append(f"| {shape} | {P} | {B} | {S} | {floor_cell} | {ms('07_cascade')} | {ms('07_plain')} | "
-                   f"{ms('07_auto')} | {ms('engine_cascade')} | {ms('engine_hopper')} | {ms('engine_auto')} | "
+                   f"{ms('07_auto')} | {ms('engine_cascade')} | {ms('engine_auto')} | "
                    f"{ms('04_split_kv')} | {ms('04_split_kv', 'private')} | {speedup(s04, c)} | {speedup(p04, c)} | "
-                   f"{frac(c)} | {frac(e)} | {frac(h)} | "
+                   f"{frac(c)} | {frac(e)} | "
                    f"{target} |")
     out.append("")
     out.append("floor = the cascade's bytes (the prefix once + every request's own positions) / the read probe; "
                "of floor = floor / the variant's time. 07_*: stage 07's own path (prefix pass on stage 03's tiles): "
-               "forced cascade, forced plain, its cost model; engine_*: the engine's cascade (the going-further "
-               "warpgroup prefix pass), forced and by its cost model, and engine_hopper: the engine's cascade with "
-               "stage 09's tile (TMA, mbarriers, wgmma) as the prefix pass; 04: stage 04 over the shared blocks and over "
+               "forced cascade, forced plain, its cost model; engine_*: the engine's cascade (stage 09's tile, "
+               "TMA, mbarriers and wgmma, as the prefix pass), forced and by its cost model; 04: stage 04 over the shared blocks and over "
                f"private copies. Target: at S = {TARGET_S}, the cascade within {FLOOR_TARGET}x of its floor.")
     if borrowed:
         out.append("* taken from the grid's cell of the same batch in the same run (the main case does not time "

@@ -568,16 +568,16 @@ def cascade_table(doc):
               "the group), *07 plain* forced (`force = 0`: each request reads the whole prefix"
               f"{plain_src}). Stage 04 on the same batch: *04 shared* over the same shared blocks (the L2 may "
               "serve the repeats), *04 private* with a copy of the prefix per request. *vs X*: X's time over "
-              "07 cascade's; *of floor*: the floor over 07 cascade's time. *engine*: going further, not this "
-              "stage's path: the engine's forced cascade (`engine::plan_cascade` + `run_cascade`), its prefix pass "
-              "on Hopper's warpgroup MMA (`going_further/`).")
+              "07 cascade's; *of floor*: the floor over 07 cascade's time. *engine*: not this stage's path: the "
+              "engine's forced cascade (`engine::plan_cascade` + `run_cascade`), its prefix pass on Hopper's "
+              "warpgroup MMA (wgmma).")
     if smoke:
         header += " A CPU smoke run (smaller head counts): its timings mean nothing."
     if pc.is_legacy(doc):
         header += f" Note: {pc.LEGACY_NOTE_SHORT}."
     lines = [header, "",
              "| shape | S | floor µs | 07 cascade ms | 07 plain ms | 04 shared ms | 04 private ms | vs 07 plain | "
-             "vs 04 shared | vs 04 private | of floor | engine (going further) ms |",
+             "vs 04 shared | vs 04 private | of floor | engine ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     targets = {}
     for key in sorted(main, key=lambda k: (shape_order(k[0]), k)):

@@ -319,8 +319,9 @@ void expect_engine_cascade_matches(const CascadeCase& k, const Problem& p, Devic
   }
 }
 
-// Stage 07's cases through the engine's cascade: the warpgroup prefix pass
-// where it serves (bf16, head_dim <= 128), the two-warp suffix tile.
+// Stage 07's cases through the engine's cascade: stage 09's tile as the prefix
+// pass where it serves (bf16 caches, on the CPU runtime or an sm_90 GPU), the
+// two-warp suffix tile.
 class EngineStage07Cases : public testing::TestWithParam<CascadeCase> {};
 
 TEST_P(EngineStage07Cases, MatchesOracleAndStage07) {
@@ -329,11 +330,11 @@ TEST_P(EngineStage07Cases, MatchesOracleAndStage07) {
   const std::vector<PrefixGroup> groups = share_prefixes(p, k.groups);
   DeviceBatch db(p);
   const stage07::Cascade plan = engine::plan_cascade(db.params(), p.meta, groups, k.force);
-  const bool warpgroup_serves = p.cfg.kv_format == KvFormat::bf16 && p.cfg.head_dim <= 128;
-  EXPECT_EQ(plan.warpgroup_prefix, warpgroup_serves)
-      << "the engine plans for the warpgroup prefix pass where it serves: bf16 caches, head_dim <= 128";
+  const bool hopper_serves = p.cfg.kv_format == KvFormat::bf16;
+  EXPECT_EQ(plan.warpgroup_prefix, hopper_serves)
+      << "the engine plans stage 09's tile for the prefix pass where it serves: bf16 caches, any head_dim";
   const std::string label = "case " + k.c.name + " (engine cascade, force " + std::to_string(k.force) +
-                            (plan.warpgroup_prefix ? ", warpgroup prefix pass)" : ", stage 03's prefix tiles)");
+                            (plan.warpgroup_prefix ? ", stage 09's prefix pass)" : ", stage 03's prefix tiles)");
   expect_engine_cascade_matches(k, p, db, groups, plan, label);
 }
 
@@ -367,7 +368,7 @@ TEST_P(EngineHopperPrefix, MatchesOracleAndStage07) {
   DeviceBatch db(p);
   const stage07::Cascade plan =
       engine::plan_cascade(db.params(), p.meta, groups, k.force, engine::PrefillTiles::hopper);
-  ASSERT_TRUE(plan.hopper_prefix) << "PrefillTiles::hopper plans stage 09's tile for the prefix pass";
+  ASSERT_TRUE(plan.warpgroup_prefix) << "PrefillTiles::hopper plans stage 09's tile for the prefix pass";
   if (plan.num_groups > 0) {
     ASSERT_EQ(plan.prefix_keys_per_split % 128, 0)
         << "stage 09's key ranges begin at whole 128-key tiles: the prefix splits are multiples of 128";
@@ -391,7 +392,7 @@ TEST(EngineCascadeLimits, PrefixNearIntMaxIsSplitIn64Bits) {
   const IntMaxDecodes b;
   const int prefix_len = INT_MAX - 10;
   const stage07::Cascade c = engine::plan_cascade(b.params, b.meta, {b.group(prefix_len)}, kCascade);
-  EXPECT_TRUE(c.warpgroup_prefix) << "bf16, head_dim 64: the warpgroup pass's tiles";
+  EXPECT_TRUE(c.warpgroup_prefix) << "bf16, head_dim 64: stage 09's prefix pass";
   expect_prefix_split_in_64_bits(c, b, prefix_len);
 }
 
@@ -721,7 +722,7 @@ void expect_cascade_graph_replays_match(int members, int prefix_len, int suffix_
   db.set_checked(false);
   const AttentionParams params = db.params();
   const stage07::Cascade plan = engine::plan_cascade(params, p.meta, groups, kCascade);
-  ASSERT_TRUE(plan.warpgroup_prefix) << "bf16, head_dim 64: the engine's warpgroup prefix pass";
+  ASSERT_TRUE(plan.warpgroup_prefix) << "bf16, head_dim 64: the engine's prefix pass on stage 09's tile";
   ASSERT_EQ(plan.side != nullptr, beside)
       << members << " decodes, suffix " << suffix_len << ": the suffix pass " << (beside ? "beside" : "after")
       << " the prefix pass (" << plan.suffix_splits << " suffix splits, " << plan.num_prefix_splits

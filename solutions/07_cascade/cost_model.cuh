@@ -1,7 +1,7 @@
 // Stage 07's cost model, the pieces: a device's figures and the time of one
 // launch. choose_path() (cascade.cu, TODO 4) composes them into the two paths'
-// times; the engine's warpgroup prefix pass (going_further/) composes the same
-// pieces with its own figures.
+// times; the engine's prefix pass on stage 09's tile (engine/compose_cascade.cuh)
+// composes the same pieces with its own figures.
 //
 // A pass costs a launch, its programs' start-up once per wave, and the slowest
 // of three limits: its bytes at the read rate, its FLOPs at the MMA rate, and
@@ -66,8 +66,11 @@ inline PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tok
   const int wanted = static_cast<int>(
       std::clamp<long long>(tile.per_sm * num_sms / std::max(1LL, tiles), 1, stage04::MAX_SPLITS));
   const long long multiple = tile.key_multiple;
-  const int keys =
-      static_cast<int>(std::max(multiple, ceil_div64(ceil_div64(prefix_len, wanted), multiple) * multiple));
+  // Rounded up to the multiple, one split of a prefix near INT_MAX would pass
+  // INT_MAX: a split holds at most the largest multiple that fits an int.
+  const long long max_keys = INT_MAX / multiple * multiple;
+  const int keys = static_cast<int>(std::min(
+      max_keys, std::max(multiple, ceil_div64(ceil_div64(prefix_len, wanted), multiple) * multiple)));
   return {tile, static_cast<int>(query_tiles), keys, static_cast<int>(ceil_div64(prefix_len, keys))};
 }
 

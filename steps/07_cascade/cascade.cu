@@ -12,7 +12,7 @@
 // choose_path() (cost_model.cuh has its pieces) and forward() (2-3 launches:
 // gather, prefix pass, suffix pass, plus a merge when the suffix pass is split).
 // The engine's cascade (engine::plan_cascade, engine::run_cascade) plans the
-// same groups for a warpgroup prefix pass (going_further/warpgroup_prefix.cuh).
+// same groups for a prefix pass on stage 09's tile (engine/compose_cascade.cuh).
 #include <algorithm>
 #include <climits>
 #include <cmath>

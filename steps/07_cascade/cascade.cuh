@@ -16,8 +16,8 @@
 //    needed. Long decode suffixes take stage 04's splits (SuffixSplits) and
 //    the shared merge (common/merge.cuh), which folds in the prefix partials
 //    after the splits (CascadePartials).
-// The engine runs the same groups with a warpgroup (wgmma) prefix pass
-// (going_further/warpgroup_prefix.cuh), which reuses these Slices.
+// The engine runs the same groups with stage 09's tile (TMA, wgmma) as the
+// prefix pass (engine/compose_cascade.cuh), which reuses these Slices.
 #pragma once
 
 #include <algorithm>

@@ -25,7 +25,7 @@
 // complete, so the first round's refill does not wait).
 //
 // Two schedules hide the softmax behind the tensor core:
-//   - inside a warpgroup (as going_further/warpgroup_prefix.cuh): step t issues
+//   - inside a warpgroup (FlashAttention-3's intra-warpgroup overlap): step t issues
 //     S of tile t + 1 and P V of tile t back to back, and turns the scores of
 //     t + 1 into weights while both run;
 //   - between the two warpgroups (ping-pong): a warpgroup issues its products
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // Every wait on a barrier (a loop) comes before a step's first product: ptxas
   // tracks which wgmma group a wait retires only within straight-line code, and
   // across a branch it serializes the products or waits for both groups before
-  // the softmax (going_further/warpgroup_prefix.cuh).
+  // the softmax (going_further/README.md, the pitfalls of asynchronous MMA).
   // One step: tile's P V and the scores of tile + 1.
   auto step = [&](bool mask_keys, int tile) {
     const RingPos<T::STAGES> now(tile), next(tile + 1);
