@@ -46,7 +46,11 @@ constexpr int kRingThreads = 32 * (1 + kConsumerWarps);  // warp 0 produces
 // Tile t goes to slot t % STAGES in round t / STAGES, and a barrier's phase
 // number is the round: the producer waits for round - 1 of empty (passing the
 // first round through the parity of phase -1), consumers for round of full.
-template <int STAGES>
+// With CP_ASYNC, every lane of warp 0 fills the slot by 16-byte cp.async copies
+// and arrives through arrive_on_cp_async (full[s]'s count is then 32): the
+// arrival completes once the lane's copies have landed, so the producer never
+// waits for its own copies.
+template <int STAGES, bool CP_ASYNC = false>
 __global__ void ring_kernel(const float* src /* [num_tiles, kTileFloats] */,
                             float* out /* [gridDim.x, num_tiles, kTileFloats] */, int num_tiles) {
   __shared__ __align__(128) float ring[STAGES][kTileFloats];
@@ -55,13 +59,25 @@ __global__ void ring_kernel(const float* src /* [num_tiles, kTileFloats] */,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      full[s].init(1);
+      full[s].init(CP_ASYNC ? 32 : 1);
       empty[s].init(kConsumerWarps);
     }
     pa::fence_mbarrier_init();
   }
   __syncthreads();
 
+  if (warp == 0 && CP_ASYNC) {
+    for (int t = 0; t < num_tiles; ++t) {
+      const int s = t % STAGES;
+      const uint32_t round = t / STAGES;
+      empty[s].wait((round & 1u) ^ 1u);
+      for (int chunk = lane; chunk < kTileFloats / 4; chunk += 32) {
+        pa::cp_async_16(&ring[s][4 * chunk], src + static_cast<size_t>(t) * kTileFloats + 4 * chunk);
+      }
+      full[s].arrive_on_cp_async();
+    }
+    return;
+  }
   if (warp == 0) {
     if (lane == 0) {
       for (int t = 0; t < num_tiles; ++t) {
@@ -88,7 +104,7 @@ __global__ void ring_kernel(const float* src /* [num_tiles, kTileFloats] */,
   }
 }
 
-template <int STAGES>
+template <int STAGES, bool CP_ASYNC = false>
 void check_ring(int num_tiles) {
   std::vector<float> src(static_cast<size_t>(num_tiles) * kTileFloats);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;  // exact in fp32
@@ -96,7 +112,7 @@ void check_ring(int num_tiles) {
   // so each must start from its own barriers, not the previous block's.
   constexpr int kBlocks = 3;
   DeviceArray<float> d_src(src), d_out(kBlocks * src.size());
-  pa::launch(ring_kernel<STAGES>, dim3(kBlocks), dim3(kRingThreads), 0, nullptr, d_src.ptr, d_out.ptr, num_tiles);
+  pa::launch(ring_kernel<STAGES, CP_ASYNC>, dim3(kBlocks), dim3(kRingThreads), 0, nullptr, d_src.ptr, d_out.ptr, num_tiles);
   const std::vector<float> out = d_out.download();
   for (int b = 0; b < kBlocks; ++b) {
     for (int t = 0; t < num_tiles; ++t) {
@@ -113,11 +129,14 @@ TEST(MbarrierRing, TwoStages) { check_ring<2>(64); }
 TEST(MbarrierRing, ThreeStages) { check_ring<3>(64); }
 TEST(MbarrierRing, FourStages) { check_ring<4>(64); }
 TEST(MbarrierRing, FewerTilesThanStages) { check_ring<4>(3); }
+TEST(MbarrierRing, CpAsyncFillsArriveOnTheBarrier) { check_ring<2, true>(64); }
+TEST(MbarrierRing, CpAsyncFillsArriveOnTheBarrier_FourStages) { check_ring<4, true>(64); }
 
 #if !defined(__CUDACC__)
 TEST(MbarrierRing, ReversedOrder) {
   ReverseOrder reversed(true);
   check_ring<3>(64);
+  check_ring<3, true>(64);
 }
 #endif
 
