@@ -111,7 +111,6 @@ struct Variant {
   std::string name;
   Runner runner;
   int force;  // the plan's force: 1 cascade, 0 plain, -1 cost model
-  engine::PrefillTiles prefix_tiles = engine::PrefillTiles::automatic;  // Runner::engine's prefix pass
 };
 
 const Variant k07Cascade{"07_cascade", Runner::stage07, 1};
@@ -164,7 +163,7 @@ void time_cell(benchmark::State& state, const Variant& v, const Cell& c) {
   const AttentionParams params = db.params();
   stage07::Cascade plan;
   if (v.runner == Runner::stage07) plan = stage07::plan(params, p.meta, groups, v.force);
-  if (v.runner == Runner::engine) plan = engine::plan_cascade(params, p.meta, groups, v.force, v.prefix_tiles);
+  if (v.runner == Runner::engine) plan = engine::plan_cascade(params, p.meta, groups, v.force);
   auto step = [&] {
     if (v.runner == Runner::stage07) {
       stage07::forward(params, plan);

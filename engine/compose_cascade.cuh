@@ -186,11 +186,11 @@ void forward_prefix_first(const AttentionParams& p, const stage03::Packing& pk, 
 
 
 // The cost model of stage 07 (cost_model.cuh) with the engine's prefix pass's
-// figures, fitted on the H200 for its first prefix kernel (going further's
-// warpgroup pass of 2026-12-01, notes/07_cascade.md) and kept for stage 09's
-// tile, which matched it at the main case on the H100 (notes/09_hopper_pipeline.md). Its decode steps either run the suffix
-// pass after the prefix pass with the merge in its epilogue (fused_merge_pays),
-// or beside it and then a merge kernel: the model times the one it launches.
+// figures, fitted on the H200 for its first prefix kernel (notes/07_cascade.md)
+// and kept for stage 09's tile (notes/09_hopper_pipeline.md). Its decode steps
+// either run the suffix pass after the prefix pass with the merge in its
+// epilogue (fused_merge_pays), or beside it and then a merge kernel: the model
+// times the one it launches.
 struct PrefixPassCosts {
   double flop_per_s;          // wgmma in 64/128-row tiles, all SMs
   double row_key_s;           // one key through one program, per tile row

@@ -72,7 +72,7 @@ enum class PrefillTiles : uint8_t {
 // How stage 09's tile fills its ring of K/V slots, where a plan runs it.
 enum class PrefillCopies : uint8_t {
   tma,       // stage 09's: one tensor copy per cache block (at most a tile's rows) and 64-dim slab
-  cp_async,  // 16-byte cp.async copies by the producer warp's lanes into the same slots
+  cp_async,  // 16-byte cp.async copies by the producer warpgroup's threads into the same slots
              //   (engine/hopper_cp_async.cuh), what FlashInfer keeps for small pages; not with mma_sync tiles
 };
 

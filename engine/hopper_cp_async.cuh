@@ -67,11 +67,8 @@ struct CpAsyncProducer {
         for (int e = me; e < TILE_K * CHUNKS; e += THREADS) {
           const int r = e / CHUNKS, ch = e % CHUNKS, k = tile_first + r;
           const bool read = k < keys.end && ch * 8 < dims;
-          const bf16* src = cache;
-          if (read) {
-            const uint32_t slot = KvLookup::slot(lookup.entry(k, pk.block_shift), k, pk.block_shift);
-            src += lookup.head_row_of_slot(slot, p.kv.num_kv_heads) * dims + ch * 8;
-          }
+          const bf16* src =
+              read ? cache + lookup.head_row(k, pk.block_shift, p.kv.num_kv_heads) * dims + ch * 8 : cache;
           cp_async_16(tile + (ch / 8) * TILE_K * 64 + sw128(r, (ch % 8) * 8), src, read);
         }
         full.arrive_on_cp_async();  // once this thread's copies of the fill have landed

@@ -791,9 +791,9 @@ void cp_async_wait(int max_pending) {
 }
 
 // cp.async.mbarrier.arrive.noinc: every copy of this thread lands (the
-// uncommitted tail too), then an ordinary arrival. Landing them at once is one
-// schedule the hardware may take; a reader that skips the barrier still sees
-// stale bytes in any schedule where another lane arrives last.
+// uncommitted tail too), then an ordinary arrival. Landing them at the arrival
+// is one schedule the hardware may take; a reader that does not wait on the
+// barrier reads before the producer fiber has run, so it sees stale bytes.
 void cp_async_arrive(uint64_t* bar, const char* file, int line) {
   Fiber* self = current_fiber();
   if (self->retired_copies < self->copies.size()) cp_async_commit();

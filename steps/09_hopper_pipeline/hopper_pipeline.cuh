@@ -484,10 +484,9 @@ void launch_grid(const AttentionParams& p, const Packing& pk, const S& slice, di
 template <int HEAD_DIM, Slice S = stage03::WholeContext, class Producer = TmaProducer>
 void launch_tiles(const AttentionParams& p, const Packing& pk, cudaStream_t stream, const S& slice = {}) {
   const int rows = HopperTile<HEAD_DIM>::ROWS;
-  launch_grid<HEAD_DIM, Producer>(p, pk, slice,
-                        dim3(stage03::query_tiles(p.batch.max_query_len, pk, rows), p.kv.num_kv_heads,
-                             p.batch.num_requests),
-                        stream);
+  launch_grid<HEAD_DIM, Producer>(
+      p, pk, slice,
+      dim3(stage03::query_tiles(p.batch.max_query_len, pk, rows), p.kv.num_kv_heads, p.batch.num_requests), stream);
 }
 
 }  // namespace
