@@ -193,6 +193,11 @@ void cp_async_4(void* smem_dst, const void* gmem_src, bool pred);
 void cp_async_commit();
 void cp_async_wait(int max_pending);
 
+// Named barriers behind common/named_barrier.cuh (bar.sync / bar.arrive): barrier
+// `id` (1..15; 0 is __syncthreads') completes once `threads` threads of the
+// block have arrived; a sync waits for that, an arrive does not.
+void named_barrier(int id, int threads, bool wait, const char* file, int line);
+
 // mbarrier and cp.async.bulk emulation behind common/mbarrier.cuh and
 // common/bulk_copy.cuh. `bar` is the barrier's 8 bytes in shared memory, which
 // hold the runtime's handle; a wait suspends the fiber until the phase of

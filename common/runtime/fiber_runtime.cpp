@@ -51,7 +51,9 @@ constexpr int kMaxThreads = 1024;
 constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int kMaxWarpGroups = 4;  // concurrent collectives of disjoint lane sets in one warp
 
-enum class State : uint8_t { kReady, kAtBarrier, kAtWarpOp, kAtMbarrier, kDone };
+enum class State : uint8_t { kReady, kAtBarrier, kAtWarpOp, kAtMbarrier, kAtNamedBarrier, kDone };
+
+constexpr int kNamedBarriers = 16;  // bar.sync / bar.arrive ids; 0 is __syncthreads'
 
 struct CopyOp {
   void* dst;
@@ -80,6 +82,8 @@ struct Fiber : FiberInfo {
   // The mbarrier (index into Worker::mbars) and parity this fiber waits for.
   int32_t mbar_wait = -1;
   uint32_t mbar_parity = 0;
+  // The named barrier this fiber waits at (bar.sync), or -1.
+  int named_wait = -1;
 #if CPUCUDA_ASAN
   void* fake_stack = nullptr;
 #endif
@@ -143,6 +147,16 @@ struct TensorBytes {
   uint32_t swizzle;
   const char* file;
   int line;
+};
+
+// One named barrier of the running block: the count its current completion was
+// opened with (by its first arrival, at file:line) and the threads arrived so far.
+struct NamedBar {
+  int threads = 0;
+  int arrived = 0;
+  const char* file = nullptr;
+  int line = 0;
+  std::vector<Fiber*> waiters;
 };
 
 struct WarpGroup {
@@ -211,6 +225,7 @@ struct Worker {
   // generation tells this block's barrier handles from earlier blocks'.
   std::vector<Mbar> mbars;
   std::vector<BulkCopy> bulk;
+  NamedBar named[kNamedBarriers];
   // The shared memory that tensor copies of this block wrote, disjoint
   // ranges (a newer copy replaces the parts of older ones it overwrites; a
   // bulk copy or cp.async landing on them drops them). A ring keeps about one
@@ -445,6 +460,55 @@ int barrier(const char* file, int line, int pred) {
   return w.bar_result;
 }
 
+// Named barriers (bar.sync / bar.arrive). A completion takes `threads`
+// arrivals, counted per thread: bar.sync and bar.arrive are .aligned, every
+// thread of a warp executes them (the hardware counts a warp as 32 arrivals).
+void named_barrier_impl(int id, int threads, bool wait, const char* file, int line) {
+  Worker& w = *tl_worker;
+  Fiber* self = current_fiber();
+  const std::string what = std::string(wait ? "bar.sync" : "bar.arrive") + " (" + site(file, line) + ")";
+  if (id < 1 || id >= kNamedBarriers) {
+    CPUCUDA_FAIL(w, self,
+                 what + " on barrier " + std::to_string(id) + ": a named barrier's id is 1 to " +
+                     std::to_string(kNamedBarriers - 1) + " (barrier 0 is __syncthreads')");
+  }
+  if (threads <= 0 || threads % 32 != 0 || static_cast<uint32_t>(threads) > w.num_threads) {
+    CPUCUDA_FAIL(w, self,
+                 what + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
+                     " threads: the count is a positive multiple of 32 (warps arrive whole) and at most the "
+                     "block's " + std::to_string(w.num_threads) + " threads");
+  }
+  NamedBar& b = w.named[id];
+  if (b.arrived == 0) {
+    b.threads = threads;
+    b.file = file;
+    b.line = line;
+  } else if (b.threads != threads) {
+    CPUCUDA_FAIL(w, self,
+                 what + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
+                     " threads, while the barrier's current completion was opened for " + std::to_string(b.threads) +
+                     " (first arrival at " + site(b.file, b.line) + ", " + std::to_string(b.arrived) +
+                     " arrived); every arrival of one completion names the same count");
+  }
+  if (++b.arrived == b.threads) {
+    // The last arrival completes the barrier: its waiters go on, the caller too.
+    b.arrived = 0;
+    const size_t n = b.waiters.size();
+    for (size_t i = 0; i < n; ++i) push_ready(w, b.waiters[w.reverse ? n - 1 - i : i]);
+    b.waiters.clear();
+    return;
+  }
+  if (!wait) return;
+  self->state = State::kAtNamedBarrier;
+  self->wait_what = "bar.sync";
+  self->wait_file = file;
+  self->wait_line = line;
+  self->named_wait = id;
+  b.waiters.push_back(self);
+  switch_out(w, self);
+  self->named_wait = -1;
+}
+
 // ---- warp collectives
 
 // Every lane of `mask` deposits its input in its slot, then calls this. The last
@@ -522,6 +586,10 @@ enum Kind : int { kSyncwarp = 10, kShfl = 11, kVote = 15, kMma = 20, kLdmatrix =
 // ---- public entry points of the header
 
 void syncthreads(const char* file, int line) { barrier(file, line, 0); }
+
+void named_barrier(int id, int threads, bool wait, const char* file, int line) {
+  named_barrier_impl(id, threads, wait, file, line);
+}
 
 int syncthreads_reduce(const char* file, int line, int op, int pred) {
   const int count = barrier(file, line, pred != 0 ? 1 : 0);
@@ -1273,6 +1341,11 @@ std::string deadlock_report(const Worker& w) {
       msg += " for parity " + std::to_string(f.mbar_parity) + " of " +
              mbar_name(w.mbars[static_cast<size_t>(f.mbar_wait)]);
     }
+    if (f.state == State::kAtNamedBarrier) {
+      const NamedBar& b = w.named[f.named_wait];
+      msg += " on barrier " + std::to_string(f.named_wait) + ", " + std::to_string(b.arrived) + " of " +
+             std::to_string(b.threads) + " threads arrived";
+    }
     ++shown;
   }
   if (w.num_threads - w.done_count > static_cast<uint32_t>(shown)) msg += "\n  ...";
@@ -1280,7 +1353,12 @@ std::string deadlock_report(const Worker& w) {
     const Mbar& m = w.mbars[static_cast<size_t>(b)];
     msg += "\n" + mbar_name(m) + ": " + mbar_state(m);
   }
-  if (!mbars_waited.empty()) {
+  bool at_named = false;
+  for (uint32_t i = 0; i < w.num_threads; ++i) at_named |= w.fibers[i].state == State::kAtNamedBarrier;
+  if (at_named) {
+    msg += "\n(a named barrier that cannot complete: fewer threads reach it than its count, a bar.sync whose "
+           "partner's bar.arrive never comes, or a warp some of whose threads skip it?)";
+  } else if (!mbars_waited.empty()) {
     msg += "\n(an mbarrier phase that cannot complete: fewer arrivals than its count, or an expect_tx that "
            "announced more bytes than its bulk copies deliver? or a wait for the wrong parity?)";
   } else {
@@ -1328,6 +1406,11 @@ bool run_block(Worker& w, uint64_t linear_block) {
     f.retired_groups = 0;
     f.retired_copies = 0;
     f.mbar_wait = -1;
+    f.named_wait = -1;
+  }
+  for (NamedBar& b : w.named) {
+    b.arrived = 0;
+    b.waiters.clear();
   }
   w.mbars.clear();
   w.bulk.clear();
@@ -1356,6 +1439,18 @@ bool run_block(Worker& w, uint64_t linear_block) {
   bool ok = !w.failed;
   if (ok && w.done_count != n) {
     w.error = deadlock_report(w);
+    ok = false;
+  }
+  for (int id = 1; ok && id < kNamedBarriers; ++id) {
+    const NamedBar& b = w.named[id];
+    if (b.arrived == 0) continue;
+    // Harmless once the block ends, but the next use of the barrier (a loop
+    // one round longer, a persistent kernel's next tile) would complete early.
+    w.error = "block " + fmt3(w.info.block_idx.x, w.info.block_idx.y, w.info.block_idx.z) +
+              ": the block ended with named barrier " + std::to_string(id) + " holding " +
+              std::to_string(b.arrived) + " of its " + std::to_string(b.threads) + " arrivals (first at " +
+              site(b.file, b.line) + "): an arrival that no completion took (a hand-over bar.arrive that no "
+              "bar.sync waited for?)";
     ok = false;
   }
 #if CPUCUDA_ASAN

@@ -30,8 +30,9 @@
 //     t + 1 into weights while both run;
 //   - between the two warpgroups (ping-pong): a warpgroup issues its products
 //     only on its turn, then hands the turn over, so one's softmax runs while
-//     the other's products hold the tensor core. The turn is an mbarrier per
-//     warpgroup that the other one arrives on.
+//     the other's products hold the tensor core. The turn is a named barrier
+//     per warpgroup (common/named_barrier.cuh): its owner waits on it
+//     (bar.sync), the other one arrives on it (bar.arrive).
 #pragma once
 
 #include <algorithm>
@@ -45,6 +46,7 @@
 #include "common/kv_lookup.cuh"
 #include "common/launch.cuh"
 #include "common/mbarrier.cuh"
+#include "common/named_barrier.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
@@ -83,7 +85,7 @@ struct HopperTile {
   // Ring slots per operand: as many as the 227 KB of shared memory hold with Q.
   static constexpr int STAGES = HEAD_DIM == 64 ? 4 : 2;
   static constexpr size_t ALIGN = 1024;  // the swizzle's 8-row atoms
-  static constexpr int NUM_BARRIERS = 4 * STAGES + 2 * CONSUMERS;
+  static constexpr int NUM_BARRIERS = 4 * STAGES + CONSUMERS;
   static constexpr size_t smem_bytes() {
     return ALIGN + sizeof(bf16) * (Q_ELEMS + 2 * STAGES * KV_ELEMS) + sizeof(Mbarrier) * NUM_BARRIERS;
   }
@@ -95,7 +97,6 @@ template <class T>
 struct Barriers {
   Mbarrier full_k[T::STAGES], full_v[T::STAGES];    // the slot's tile has landed
   Mbarrier empty_k[T::STAGES], empty_v[T::STAGES];  // every consumer warp is done with the slot
-  Mbarrier turn[T::CONSUMERS];                       // consumer c may issue its products
   Mbarrier q_ready[T::CONSUMERS];                    // consumer c's 64 rows of Q have landed
 
   // One thread, before the program's last __syncthreads: each barrier's arrival
@@ -108,7 +109,6 @@ struct Barriers {
       empty_v[s].init(128 * T::CONSUMERS);
     }
     for (int c = 0; c < T::CONSUMERS; ++c) {
-      turn[c].init(128);     // the other consumer's threads hand over
       q_ready[c].init(128);  // every thread of consumer c, once its copies of Q landed
     }
     fence_mbarrier_init();
@@ -244,6 +244,9 @@ __device__ __forceinline__ void load_q_rows(bf16* q_s, const AttentionParams& p,
   }
   cp_async_commit();
 }
+
+// The consumers' turn barriers: named barriers TURN_BARRIER + c (0 is __syncthreads').
+constexpr int TURN_BARRIER = 1;
 
 // Warp specialisation's register split: the producer keeps 24 registers a
 // thread, the consumers take 240 (24 x 128 + 2 x 240 x 128 <= 64K).
@@ -397,11 +400,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     full.wait(parity);
     Producer::landed();
   };
-  // The ping-pong: consumer c's k-th products wait for the other's k-th hand-over
-  // (consumer 0's first turn is handed over before the loop).
-  uint32_t turns = 0;
-  auto take_turn = [&] { bar.turn[c].wait(turns++ & 1); };
-  auto hand_over = [&] { bar.turn[other].arrive(); };
+  // The ping-pong: consumer c's k-th products wait for the other's k-th
+  // hand-over. Named barrier TURN + c completes with 256 arrivals: consumer c's
+  // 128 threads waiting on it and the other's 128 arriving (consumer 0's first
+  // turn is handed over before the loop, and it takes one more turn after its
+  // last products, so that no arrival is left over).
+  auto take_turn = [&] { named_barrier_sync(TURN_BARRIER + c, 256); };
+  auto hand_over = [&] { named_barrier_arrive(TURN_BARRIER + other, 256); };
   if (c == 1) hand_over();  // consumer 0 goes first
 
   wait_full(bar.full_k[0], 0);
@@ -459,6 +464,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     wgmma_wait<0>();
     wgmma_pin(sm.o);
   }
+  if (c == 0) take_turn();  // consumer 1's last hand-over
   sm.sum_rows();
   store_rows(row_warp, sm);
 }
