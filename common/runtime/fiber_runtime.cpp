@@ -466,15 +466,17 @@ int barrier(const char* file, int line, int pred) {
 void named_barrier_impl(int id, int threads, bool wait, const char* file, int line) {
   Worker& w = *tl_worker;
   Fiber* self = current_fiber();
-  const std::string what = std::string(wait ? "bar.sync" : "bar.arrive") + " (" + site(file, line) + ")";
+  // A function, not a string: nothing on the fiber's stack may own memory when
+  // a failure abandons it (its destructors never run).
+  auto what = [&] { return std::string(wait ? "bar.sync" : "bar.arrive") + " (" + site(file, line) + ")"; };
   if (id < 1 || id >= kNamedBarriers) {
     CPUCUDA_FAIL(w, self,
-                 what + " on barrier " + std::to_string(id) + ": a named barrier's id is 1 to " +
+                 what() + " on barrier " + std::to_string(id) + ": a named barrier's id is 1 to " +
                      std::to_string(kNamedBarriers - 1) + " (barrier 0 is __syncthreads')");
   }
   if (threads <= 0 || threads % 32 != 0 || static_cast<uint32_t>(threads) > w.num_threads) {
     CPUCUDA_FAIL(w, self,
-                 what + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
+                 what() + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
                      " threads: the count is a positive multiple of 32 (warps arrive whole) and at most the "
                      "block's " + std::to_string(w.num_threads) + " threads");
   }
@@ -485,7 +487,7 @@ void named_barrier_impl(int id, int threads, bool wait, const char* file, int li
     b.line = line;
   } else if (b.threads != threads) {
     CPUCUDA_FAIL(w, self,
-                 what + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
+                 what() + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
                      " threads, while the barrier's current completion was opened for " + std::to_string(b.threads) +
                      " (first arrival at " + site(b.file, b.line) + ", " + std::to_string(b.arrived) +
                      " arrived); every arrival of one completion names the same count");

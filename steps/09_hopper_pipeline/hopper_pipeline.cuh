@@ -5,9 +5,9 @@
 // keys of its causal range through the block table, and writes final rows. What
 // changes is who does what, and how the bytes move:
 //
-//   warpgroup 0, the producer: one warp issues TMA copies (common/tma.cuh) of
-//     the K and V tiles into a ring of shared-memory slots, one copy per cache
-//     block and 64-dim slab, landing in the 128-byte swizzle that wgmma reads.
+//   warpgroup 0, the producer: its four warps issue TMA copies (common/tma.cuh)
+//     of the K and V tiles into a ring of shared-memory slots, one copy per
+//     cache block and 64-dim slab, landing in the 128-byte swizzle that wgmma reads.
 //     It never computes: it gives most of its registers to the consumers
 //     (setmaxnreg) and spends its time waiting for free slots.
 //   warpgroups 1 and 2, the consumers: 64 rows each. Each computes S = Q K^T
@@ -16,8 +16,8 @@
 //     between them, as stage 03 does per warp.
 //
 // The ring's protocol is two mbarriers per slot and operand (common/mbarrier.cuh):
-//   full[s]:  the producer announces the tile's bytes (arrive_expect_tx), the
-//             copies complete them; consumers wait on its phase;
+//   full[s]:  each producer warp announces its copies' bytes (arrive_expect_tx),
+//             the copies complete them; consumers wait on its phase;
 //   empty[s]: each consumer warp arrives once its products no longer read the
 //             slot; the producer waits on it before refilling.
 // Tile t uses slot t % STAGES in round t / STAGES; round r waits for parity r & 1
@@ -139,34 +139,50 @@ struct RingPos {
   }
 };
 
-// The producer warp: tiles 0 .. num_tiles - 1 of keys [kv_begin, kv_end) into
-// the ring, K then V of each (kv_begin: a multiple of TILE_K, so that no box
-// straddles two blocks). Its lanes share a tile's boxes (one block of rows each, or
-// TILE_K rows of a longer block) and issue their copies themselves; lane 0
-// announces the tile's bytes. Every box of a tile is copied, past the end too,
-// so that every tile is KV_BYTES: a box wholly past the end is read from
-// outside the tensor (zeros), the box that holds the end row by row.
+// The producer warpgroup's four warps fill the ring with tensor copies.
+constexpr int TMA_WARPS = 4;
+
+// The producer: tiles 0 .. num_tiles - 1 of keys [kv_begin, kv_end) into the
+// ring, K then V of each (kv_begin: a multiple of TILE_K, so that no box
+// straddles two blocks). A tile is boxes x SLABS copies, copy o = box o / SLABS
+// (one block of rows, or TILE_K rows of a longer block) of slab o % SLABS.
+// Copy o goes to warp o % TMA_WARPS: a warp issues its tensor copies one after
+// another whatever lane holds them (each moves its coordinates to the uniform
+// datapath first), so four warps issue a tile four times as fast as one. Each
+// warp announces the bytes of its own copies (lane 0's arrive_expect_tx: four
+// arrivals a fill). Every box of a tile is copied, past the end too, so that
+// every tile is tile_bytes(): a box wholly past the end is read from outside
+// the tensor (zeros), the box that holds the end row by row. The block table
+// is read a tile ahead, so its latency hides behind the copies of the tile before.
 template <class T>
 __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, const KvLookup& lookup,
                                         const KeyRange& keys, int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar) {
   constexpr int TILE_K = T::TILE_K, SLABS = T::SLABS;
-  constexpr int MAX_BOXES_PER_LANE = (TILE_K + 31) / 32;  // block size 1: TILE_K boxes of one row
-  const int lane = threadIdx.x % 32;
+  constexpr int COPIES_PER_LANE = (TILE_K * SLABS + 32 * TMA_WARPS - 1) / (32 * TMA_WARPS);  // block size 1: most copies
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int block = 1 << pk.block_shift;
-  const int box_rows = min(block, TILE_K), boxes = TILE_K / box_rows;
+  const int box_rows = min(block, TILE_K), boxes = TILE_K / box_rows, copies = boxes * SLABS;
   const int kv_end = keys.end;
-  for (int t = 0; t < num_tiles; ++t) {
-    const RingPos<T::STAGES> pos(t);
-    // The slot rows of this lane's boxes: -1 past the end, the first slot of the
-    // box otherwise (read once, for K and for V).
-    int row[MAX_BOXES_PER_LANE];
+  // This warp's copies and the bytes they deliver to a fill.
+  const int warp_copies = copies > w ? (copies - w + TMA_WARPS - 1) / TMA_WARPS : 0;
+  const uint32_t warp_bytes = static_cast<uint32_t>(warp_copies) * (T::tile_bytes() / copies);
+  auto copy_of = [&](int i) { return w + TMA_WARPS * (lane + 32 * i); };  // this lane's i-th copy
+  // The slot rows of this lane's copies in tile t: -1 past the end, the first
+  // slot of the box otherwise (read once, for K and for V).
+  auto rows_of = [&](int t, int (&row)[COPIES_PER_LANE]) {
 #pragma unroll
-    for (int i = 0; i < MAX_BOXES_PER_LANE; ++i) {
-      const int b = lane + 32 * i, k0 = keys.begin + t * TILE_K + b * box_rows;
-      row[i] = b < boxes && k0 < kv_end ? static_cast<int>(KvLookup::slot(lookup.entry(k0, pk.block_shift), k0,
-                                                                           pk.block_shift))
+    for (int i = 0; i < COPIES_PER_LANE; ++i) {
+      const int o = copy_of(i), k0 = keys.begin + t * TILE_K + (o / SLABS) * box_rows;
+      row[i] = o < copies && k0 < kv_end ? static_cast<int>(KvLookup::slot(lookup.entry(k0, pk.block_shift), k0,
+                                                                             pk.block_shift))
                                          : -1;
     }
+  };
+  int row[COPIES_PER_LANE], next[COPIES_PER_LANE];
+  rows_of(0, row);
+  for (int t = 0; t < num_tiles; ++t) {
+    const RingPos<T::STAGES> pos(t);
+    if (t + 1 < num_tiles) rows_of(t + 1, next);
 #pragma unroll
     for (int which = 0; which < 2; ++which) {  // K, then V
       Mbarrier& empty = which == 0 ? bar.empty_k[pos.slot] : bar.empty_v[pos.slot];
@@ -175,30 +191,29 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
       const TmaMap& row_map = which == 0 ? maps.k_row : maps.v_row;
       bf16* tile = (which == 0 ? k_s : v_s) + pos.slot * T::KV_ELEMS;  // [SLABS][TILE_K][64]
       empty.wait(pos.empty_parity);
-      if (lane == 0) full.arrive_expect_tx(T::tile_bytes());
+      if (lane == 0) full.arrive_expect_tx(warp_bytes);
       __syncwarp();
 #pragma unroll
-      for (int i = 0; i < MAX_BOXES_PER_LANE; ++i) {
-        const int b = lane + 32 * i, k0 = keys.begin + t * TILE_K + b * box_rows;
-        if (b >= boxes) break;
-#pragma unroll
-        for (int h = 0; h < SLABS; ++h) {
-          bf16* dst = tile + h * TILE_K * 64 + b * box_rows * 64;
-          // TODO 3: copy box b: whole when it ends at or before kv_end (the range's end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
-          (void)row_map;
-          if (t == 0 && b == 0 && h == 0) PA_TODO(3);
-          tma_load_3d(dst, box_map, 64 * h, lookup.kv_head, max(row[i], 0), full);  // placeholder: every box whole, slot 0 past the end
-        }
+      for (int i = 0; i < COPIES_PER_LANE; ++i) {
+        const int o = copy_of(i), b = o / SLABS, h = o % SLABS, k0 = keys.begin + t * TILE_K + b * box_rows;
+        if (o >= copies) break;
+        bf16* dst = tile + h * TILE_K * 64 + b * box_rows * 64;
+        // TODO 3: copy box b of slab h: whole when it ends at or before kv_end (the range's end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
+        (void)row_map, (void)k0;
+        if (t == 0 && o == 0) PA_TODO(3);
+        tma_load_3d(dst, box_map, 64 * h, lookup.kv_head, max(row[i], 0), full);  // placeholder: every box whole, slot 0 past the end
       }
     }
+#pragma unroll
+    for (int i = 0; i < COPIES_PER_LANE; ++i) row[i] = next[i];
   }
 }
 
-// Who fills the ring, as a kernel parameter: this stage's is the TMA warp above
+// Who fills the ring, as a kernel parameter: this stage's is the TMA warps above
 // (the engine times another way of filling the same slots against it).
 struct TmaProducer {
-  static constexpr int WARPS = 1;          // warps of the producer warpgroup that fill
-  static constexpr int FULL_ARRIVALS = 1;  // lane 0's arrive_expect_tx; the copies complete the bytes
+  static constexpr int WARPS = TMA_WARPS;          // warps of the producer warpgroup that fill
+  static constexpr int FULL_ARRIVALS = TMA_WARPS;  // each warp's arrive_expect_tx; the copies complete the bytes
   template <class T>
   __device__ __forceinline__ static void fill(const TmaMaps& maps, const AttentionParams&, const Packing& pk,
                                               const KvLookup& lookup, const KeyRange& keys, int num_tiles, bf16* k_s,
