@@ -2,16 +2,17 @@
 // (Options::prefill_copies = PrefillCopies::cp_async).
 //
 // The slots, their barriers and parities, the consumers and their releases are
-// stage 09's; only the producer differs: all four warps of the producer
-// warpgroup (the tensor copies need one lane) copy the tile's rows in 16-byte
-// chunks straight into the 128-byte swizzle that wgmma reads, zero-filling keys
-// past the range's end and dims past head_dim, as the tensor copies do. A
-// cp.async completes on no barrier by itself: each thread arrives on the slot's
-// full barrier through cp.async.mbarrier.arrive, which fires once its copies
-// have landed, so a fill is FULL_ARRIVALS = 128 arrivals, announces no bytes,
-// and the warpgroup runs ahead through the ring as the tensor copies' producer
-// does. The copies write through the generic proxy: a consumer fences for the
-// async proxy after its wait (landed()), before its wgmma reads the slot.
+// stage 09's; only the producer differs: every thread of the producer
+// warpgroup (the tensor copies' producer issues one box per copy) copies the
+// tile's rows in 16-byte chunks straight into the 128-byte swizzle that wgmma
+// reads, zero-filling keys past the range's end and dims past head_dim, as
+// the tensor copies do. A cp.async completes on no barrier by itself: each
+// thread arrives on the slot's full barrier through cp.async.mbarrier.arrive,
+// which fires once its copies have landed, so a fill is FULL_ARRIVALS = 128
+// arrivals, announces no bytes, and the warpgroup runs ahead through the ring
+// as the tensor copies' producer does. The copies write through the generic
+// proxy: a consumer fences for the async proxy after its wait (landed()),
+// before its wgmma reads the slot.
 //
 // Why both exist: a tensor copy moves one box per cache block, so a tile of
 // 16-slot pages is 8 boxes per 64-dim slab; cp.async moves 16 bytes a lane

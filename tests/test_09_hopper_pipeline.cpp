@@ -1,5 +1,5 @@
 // Stage 09: the 128-row prefill tile on TMA, mbarriers and wgmma, with a
-// producer warp and two consumer warpgroups. The same batches as stage 03's
+// producer warpgroup and two consumer warpgroups. The same batches as stage 03's
 // prefill tile: every group size (padded ones too), every head_dim (16..256,
 // padded to 64 / 128 / 256 by the copies' zero fill), block sizes 1..256 (one
 // box a block, or a block longer than a tile), chunked prefill, decodes riding
