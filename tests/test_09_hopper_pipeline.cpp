@@ -42,6 +42,9 @@ std::vector<Case> stage09_cases() {
   cases.push_back({"Milestone_Group4_D128_Block128", grouped(4, 128, 128), milestone_requests()});
   cases.push_back({"Milestone_Group4_D128_Block256", grouped(4, 128, 256), milestone_requests()});
   cases.push_back({"Milestone_Group4_D256_Block128", grouped(4, 256, 128), milestone_requests()});
+  // One copy a fill (one slab, one box): three of the four producer warps
+  // announce no bytes and issue nothing, and the fill still completes.
+  cases.push_back({"LongChunk_Group4_D64_Block256", grouped(4, 64, 256), {{300, 600}, {1, 257}}});
   // Long prompts: many query tiles (heaviest first) and many key tiles through
   // the ring (rounds of both parities), ends inside a block and on its edge.
   cases.push_back({"LongPromptWithDecodes_Group4_D128", grouped(4, 128, 16), {{150, 150}, {1, 90}, {1, 3}, {20, 180}}});
