@@ -6,8 +6,9 @@
 // (stage 09's consumers hand the tensor core's turn to each other this way).
 //
 // Both are .aligned: every thread of a warp executes them, at the same site.
-// The count is in threads, a multiple of 32 (the hardware counts a warp as 32
-// arrivals). Every arrival of one completion names the same count.
+// The count is in threads, a multiple of 32: a warp arrives once all of its
+// threads that have not returned are in, and counts as 32 (a block's partial
+// last warp too). Every arrival of one completion names the same count.
 //
 // On the CPU runtime a sync suspends the fiber until the completion; a wrong
 // id or count, a count that changes mid-completion, a sync that can never

@@ -21,12 +21,14 @@
 
 #include <boost/context/detail/fcontext.hpp>
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -150,13 +152,23 @@ struct TensorBytes {
 };
 
 // One named barrier of the running block: the count its current completion was
-// opened with (by its first arrival, at file:line) and the threads arrived so far.
+// opened with (by its first arrival, at file:line), the arrivals counted so far
+// (32 for each warp whose lanes have all arrived, as the hardware counts them)
+// and the lanes of warps still arriving.
 struct NamedBar {
+  bool open = false;
   int threads = 0;
   int arrived = 0;
+  uint32_t lanes[kMaxWarps] = {};
   const char* file = nullptr;
   int line = 0;
   std::vector<Fiber*> waiters;
+  // The threads arrived toward the current completion, for reports.
+  int threads_in() const {
+    int n = arrived;
+    for (uint32_t l : lanes) n += std::popcount(l);
+    return n;
+  }
 };
 
 struct WarpGroup {
@@ -474,14 +486,16 @@ void named_barrier_impl(int id, int threads, bool wait, const char* file, int li
                  what() + " on barrier " + std::to_string(id) + ": a named barrier's id is 1 to " +
                      std::to_string(kNamedBarriers - 1) + " (barrier 0 is __syncthreads')");
   }
-  if (threads <= 0 || threads % 32 != 0 || static_cast<uint32_t>(threads) > w.num_threads) {
+  const uint32_t warp_slots = 32 * ((w.num_threads + 31) / 32);  // a partial last warp counts 32
+  if (threads <= 0 || threads % 32 != 0 || static_cast<uint32_t>(threads) > warp_slots) {
     CPUCUDA_FAIL(w, self,
                  what() + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
                      " threads: the count is a positive multiple of 32 (warps arrive whole) and at most the "
-                     "block's " + std::to_string(w.num_threads) + " threads");
+                     "block's " + std::to_string(warp_slots) + " threads (its warps x 32)");
   }
   NamedBar& b = w.named[id];
-  if (b.arrived == 0) {
+  if (!b.open) {
+    b.open = true;
     b.threads = threads;
     b.file = file;
     b.line = line;
@@ -489,11 +503,20 @@ void named_barrier_impl(int id, int threads, bool wait, const char* file, int li
     CPUCUDA_FAIL(w, self,
                  what() + " on barrier " + std::to_string(id) + " for " + std::to_string(threads) +
                      " threads, while the barrier's current completion was opened for " + std::to_string(b.threads) +
-                     " (first arrival at " + site(b.file, b.line) + ", " + std::to_string(b.arrived) +
+                     " (first arrival at " + site(b.file, b.line) + ", " + std::to_string(b.threads_in()) +
                      " arrived); every arrival of one completion names the same count");
   }
-  if (++b.arrived == b.threads) {
+  // A warp counts once all of its lanes (those that have not returned) have arrived.
+  const Warp& wp = w.warps[self->warp];
+  uint32_t& lanes = b.lanes[self->warp];
+  lanes |= 1u << self->lane;
+  if (lanes == (wp.valid & ~wp.exited)) {
+    lanes = 0;
+    b.arrived += 32;
+  }
+  if (b.arrived == b.threads) {
     // The last arrival completes the barrier: its waiters go on, the caller too.
+    b.open = false;
     b.arrived = 0;
     const size_t n = b.waiters.size();
     for (size_t i = 0; i < n; ++i) push_ready(w, b.waiters[w.reverse ? n - 1 - i : i]);
@@ -1345,7 +1368,7 @@ std::string deadlock_report(const Worker& w) {
     }
     if (f.state == State::kAtNamedBarrier) {
       const NamedBar& b = w.named[f.named_wait];
-      msg += " on barrier " + std::to_string(f.named_wait) + ", " + std::to_string(b.arrived) + " of " +
+      msg += " on barrier " + std::to_string(f.named_wait) + ", " + std::to_string(b.threads_in()) + " of " +
              std::to_string(b.threads) + " threads arrived";
     }
     ++shown;
@@ -1411,7 +1434,9 @@ bool run_block(Worker& w, uint64_t linear_block) {
     f.named_wait = -1;
   }
   for (NamedBar& b : w.named) {
+    b.open = false;
     b.arrived = 0;
+    std::fill(std::begin(b.lanes), std::end(b.lanes), 0u);
     b.waiters.clear();
   }
   w.mbars.clear();
@@ -1445,12 +1470,12 @@ bool run_block(Worker& w, uint64_t linear_block) {
   }
   for (int id = 1; ok && id < kNamedBarriers; ++id) {
     const NamedBar& b = w.named[id];
-    if (b.arrived == 0) continue;
+    if (!b.open) continue;
     // Harmless once the block ends, but the next use of the barrier (a loop
     // one round longer, a persistent kernel's next tile) would complete early.
     w.error = "block " + fmt3(w.info.block_idx.x, w.info.block_idx.y, w.info.block_idx.z) +
               ": the block ended with named barrier " + std::to_string(id) + " holding " +
-              std::to_string(b.arrived) + " of its " + std::to_string(b.threads) + " arrivals (first at " +
+              std::to_string(b.threads_in()) + " of its " + std::to_string(b.threads) + " arrivals (first at " +
               site(b.file, b.line) + "): an arrival that no completion took (a hand-over bar.arrive that no "
               "bar.sync waited for?)";
     ok = false;

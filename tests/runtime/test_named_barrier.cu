@@ -99,6 +99,23 @@ TEST(NamedBarrier, ASubsetOfWarpsMeets) {
   for (int t = 32; t < 128; ++t) EXPECT_EQ(got[t], 32 + (t - 32 + 37) % 96) << "thread " << t;
 }
 
+// A block of 48 threads: its second warp has 16 lanes and counts as 32
+// arrivals, as the hardware counts a warp, so a barrier for 64 threads (both
+// warps) completes. Each thread then reads a slot another thread wrote.
+__global__ void partial_warp_kernel(int* out /* [48] */) {
+  __shared__ int slot[48];
+  slot[threadIdx.x] = static_cast<int>(threadIdx.x) * 3;
+  pa::named_barrier_sync(1, 64);
+  out[threadIdx.x] = slot[(threadIdx.x + 32) % 48];
+}
+
+TEST(NamedBarrier, APartialWarpCountsAsAWholeOne) {
+  DeviceArray<int> out(48);
+  pa::launch(partial_warp_kernel, dim3(1), dim3(48), 0, nullptr, out.ptr);
+  const std::vector<int> got = out.download();
+  for (int t = 0; t < 48; ++t) EXPECT_EQ(got[t], (t + 32) % 48 * 3) << "thread " << t;
+}
+
 // ---------------------------------------------------------------- misuse (CPU only)
 
 #if !defined(__CUDACC__)
@@ -155,7 +172,7 @@ TEST_F(NamedBarrierErrors, MisuseIsReported) {
   EXPECT_THAT(error_of(1), HasSubstr("on barrier 16: a named barrier's id is 1 to 15"));
   EXPECT_THAT(error_of(2), HasSubstr("for 48 threads: the count is a positive multiple of 32"));
   EXPECT_THAT(error_of(3), HasSubstr("for 256 threads: the count is a positive multiple of 32 (warps arrive whole) "
-                                     "and at most the block's 128 threads"));
+                                     "and at most the block's 128 threads (its warps x 32)"));
   const std::string changed = error_of(4);
   EXPECT_THAT(changed, HasSubstr("block (0,0,0) thread (32,0,0): bar.sync ("));
   EXPECT_THAT(changed, HasSubstr(at_line(kMisuseLine + 6) + ") on barrier 1 for 96 threads, while the barrier's "
