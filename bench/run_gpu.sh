@@ -18,7 +18,10 @@
 # bit-exact, default again (bit_exact.json, bit_exact.md: what the mode costs).
 #
 # --ncu REGEX profiles, with Nsight Compute, the first launch of the kernel named by
-# --ncu-kernel (default gqa_packing_kernel, stage 03's) in the benchmarks matching REGEX.
+# --ncu-kernel (default gqa_packing_kernel, stage 03's) in the benchmarks matching REGEX:
+# ncu.txt (the sections), ncu_stalls.txt (stall reasons per issued instruction),
+# ncu_source.csv (warp samples per SASS instruction) and ncu_hottest.txt (its
+# hottest instructions, bench/ncu_hottest.py).
 #
 # --tests REGEX builds and runs only the test programs whose names match REGEX
 # (ctest -R; e.g. 'test_09|test_tma' for one stage and its machinery), and
@@ -105,6 +108,15 @@ if [[ -n $ncu_filter ]] && command -v ncu >/dev/null; then
     --section InstructionStats --section SourceCounters \
     build/gpu/bench/bench_attention --benchmark_filter="$ncu_filter" --benchmark_min_time=0.001s > "$out/ncu.txt" 2>&1 || status=1
   grep -vE "^\s*$|^==PROF==" "$out/ncu.txt" | head -150
+  # Where the warps wait: the stall reasons per issued instruction, and the
+  # source page (warp samples per SASS instruction) with its hottest lines.
+  ncu -k "regex:$ncu_kernel" -c 1 --page raw \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:smsp__inst_executed_pipe_.*\.sum' \
+    build/gpu/bench/bench_attention --benchmark_filter="$ncu_filter" --benchmark_min_time=0.001s > "$out/ncu_stalls.txt" 2>&1 || status=1
+  ncu -k "regex:$ncu_kernel" -c 1 --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+    build/gpu/bench/bench_attention --benchmark_filter="$ncu_filter" --benchmark_min_time=0.001s > "$out/ncu_source.csv" 2>&1 || status=1
+  python3 bench/ncu_hottest.py "$out/ncu_source.csv" --top 60 > "$out/ncu_hottest.txt" || status=1
+  head -20 "$out/ncu_hottest.txt"
 fi
 step crosscheck
 # The CPU flavor's committed outputs against this GPU's, bit for bit: a report,
