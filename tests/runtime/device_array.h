@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -31,5 +32,25 @@ struct DeviceArray {
     return host;
   }
 };
+
+#if !defined(__CUDACC__)
+// Restores the CPU runtime's fiber order after a test that changes it.
+struct ReverseOrder {
+  explicit ReverseOrder(bool on) : saved(cpucuda::reverse_order()) { cpucuda::set_reverse_order(on); }
+  ~ReverseOrder() { cpucuda::set_reverse_order(saved); }
+  bool saved;
+};
+
+// The CPU runtime's report of the kernel error that `launch` provokes, or "(no error)".
+template <class F>
+std::string launch_error(F&& launch) {
+  try {
+    launch();
+  } catch (const cpucuda::KernelError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+#endif
 
 }  // namespace pa::runtime_test

@@ -19,13 +19,9 @@ namespace {
 using ::testing::HasSubstr;
 
 using pa::runtime_test::DeviceArray;
-
 #if !defined(__CUDACC__)
-struct ReverseOrder {
-  explicit ReverseOrder(bool on) : saved(cpucuda::reverse_order()) { cpucuda::set_reverse_order(on); }
-  ~ReverseOrder() { cpucuda::set_reverse_order(saved); }
-  bool saved;
-};
+using pa::runtime_test::launch_error;
+using pa::runtime_test::ReverseOrder;
 #endif
 
 // ---------------------------------------------------------------- the ping-pong
@@ -119,16 +115,6 @@ TEST(NamedBarrier, APartialWarpCountsAsAWholeOne) {
 // ---------------------------------------------------------------- misuse (CPU only)
 
 #if !defined(__CUDACC__)
-
-template <class F>
-std::string launch_error(F&& launch) {
-  try {
-    launch();
-  } catch (const cpucuda::KernelError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string at_line(int line) { return "test_named_barrier.cu:" + std::to_string(line); }
 

@@ -23,6 +23,10 @@ namespace {
 using ::testing::HasSubstr;
 
 using pa::runtime_test::DeviceArray;
+#if !defined(__CUDACC__)
+using pa::runtime_test::launch_error;
+using pa::runtime_test::ReverseOrder;
+#endif
 
 // ---------------------------------------------------------------- barriers
 
@@ -78,12 +82,6 @@ TEST(Barrier, CountAndOr) {
 }
 
 #if !defined(__CUDACC__)
-// Restores the fiber order after a test that changes it.
-struct ReverseOrder {
-  explicit ReverseOrder(bool on) : saved(cpucuda::reverse_order()) { cpucuda::set_reverse_order(on); }
-  ~ReverseOrder() { cpucuda::set_reverse_order(saved); }
-  bool saved;
-};
 
 TEST(Barrier, SharedMemoryReductionReversedOrder) {
   ReverseOrder reversed(true);
@@ -643,16 +641,6 @@ TEST(Graph, ForkWithoutJoinFailsAtTheEnd) {
 }
 
 #if !defined(__CUDACC__)
-
-template <class F>
-std::string launch_error(F&& launch) {
-  try {
-    launch();
-  } catch (const cpucuda::KernelError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string at_line(int line) { return "test_runtime.cu:" + std::to_string(line); }
 

@@ -35,14 +35,8 @@ using ::testing::HasSubstr;
 using pa::TmaMap;
 using pa::TmaSwizzle;
 using pa::runtime_test::DeviceArray;
-
 #if !defined(__CUDACC__)
-// Restores the fiber order after a test that changes it.
-struct ReverseOrder {
-  explicit ReverseOrder(bool on) : saved(cpucuda::reverse_order()) { cpucuda::set_reverse_order(on); }
-  ~ReverseOrder() { cpucuda::set_reverse_order(saved); }
-  bool saved;
-};
+using pa::runtime_test::ReverseOrder;
 #endif
 
 constexpr uint16_t kUnwritten = 0xFFFF;  // shared memory no copy wrote
