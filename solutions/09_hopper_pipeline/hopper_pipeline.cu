@@ -3,7 +3,7 @@
 //
 // The kernel is in hopper_pipeline.cuh. This file checks the batch, makes the
 // tensor maps over the paged pool and launches one program per (query tile,
-// KV head, request), as stage 03 launches its 128-row tile.
+// KV head, request), as stage 03 launches its tile.
 #include <cstdint>
 #include <string>
 

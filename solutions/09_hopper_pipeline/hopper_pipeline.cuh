@@ -1,6 +1,7 @@
 // Stage 09's kernel: stage 03's 128-row prefill tile on Hopper's machinery.
 //
-// The tile is stage 03's: a program owns 128 rows of (token, query head) pairs
+// The tile is stage 03's: a program owns 128 rows (192 at head_dim 64, see
+// HopperTile) of (token, query head) pairs
 // of one KV head's group (stage 03's QueryTile and its causal mask), reads the
 // keys of its causal range through the block table, and writes final rows. What
 // changes is who does what, and how the bytes move:
@@ -10,7 +11,8 @@
 //     cache block and 64-dim slab, landing in the 128-byte swizzle that wgmma reads.
 //     It never computes: it gives most of its registers to the consumers
 //     (setmaxnreg) and spends its time waiting for free slots.
-//   warpgroups 1 and 2, the consumers: 64 rows each. Each computes S = Q K^T
+//   warpgroups 1 .. CONSUMERS, the consumers: 64 rows each (two, three at
+//     head_dim 64). Each computes S = Q K^T
 //     and O += P V with wgmma (the tensor core reads Q, K and V from shared
 //     memory itself; P is an A fragment in registers), and the online softmax
 //     between them, as stage 03 does per warp.
@@ -28,11 +30,12 @@
 //   - inside a warpgroup (FlashAttention-3's intra-warpgroup overlap): step t issues
 //     S of tile t + 1 and P V of tile t back to back, and turns the scores of
 //     t + 1 into weights while both run;
-//   - between the two warpgroups (ping-pong): a warpgroup issues its products
-//     only on its turn, then hands the turn over, so one's softmax runs while
-//     the other's products hold the tensor core. The turn is a named barrier
-//     per warpgroup (common/named_barrier.cuh): its owner waits on it
-//     (bar.sync), the other one arrives on it (bar.arrive).
+//   - between the consumer warpgroups (ping-pong): a warpgroup issues its
+//     products only on its turn, then hands the turn to the next one (in a
+//     ring), so one's softmax runs while the others' products hold the tensor
+//     core. The turn is a named barrier per warpgroup
+//     (common/named_barrier.cuh): its owner waits on it (bar.sync), the one
+//     before it in the ring arrives on it (bar.arrive).
 #pragma once
 
 #include <algorithm>
@@ -60,11 +63,21 @@ namespace {
 
 using stage03::QueryTile;
 
-// 2 consumer warpgroups x 64 rows, K/V tiles of TILE_K keys in 64-dim Sw128 slabs.
+// CONSUMERS warpgroups x 64 rows, K/V tiles of TILE_K keys in 64-dim Sw128 slabs.
 template <int HEAD_DIM_>
 struct HopperTile {
   static constexpr int HEAD_DIM = HEAD_DIM_;
-  static constexpr int CONSUMERS = 2, ROWS = 64 * CONSUMERS, NUM_THREADS = 128 * (1 + CONSUMERS);
+  // At head_dim 64 a step's two products are half as long as at 128, but its
+  // softmax (an exp2 per score, on the SM's 16 exp units a clock) is as long:
+  // a third consumer keeps the tensor core busy while two of them turn scores
+  // into weights. Its registers fit: S, P and O of 64 dims are 128 a thread.
+  static constexpr int CONSUMERS = HEAD_DIM == 64 ? 3 : 2;
+  static constexpr int ROWS = 64 * CONSUMERS, NUM_THREADS = 128 * (1 + CONSUMERS);
+  // Warp specialisation's register split (setmaxnreg): the producer keeps few,
+  // the consumers take the rest of the SM's 64K (24 x 128 + 2 x 240 x 128,
+  // 32 x 128 + 3 x 160 x 128).
+  static constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 24 : 32, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+  static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= 64 * 1024, "the register file is 64K");
   // S of 64 rows x TILE_K keys, P and O (64 x HEAD_DIM) live in a consumer's
   // registers together, twice over for S during the pipelined step: 128 keys
   // fit beside O up to head_dim 128, 64 beside head_dim 256's 128 registers of O.
@@ -263,10 +276,6 @@ __device__ __forceinline__ void load_q_rows(bf16* q_s, const AttentionParams& p,
 // The consumers' turn barriers: named barriers TURN_BARRIER + c (0 is __syncthreads').
 constexpr int TURN_BARRIER = 1;
 
-// Warp specialisation's register split: the producer keeps 24 registers a
-// thread, the consumers take 240 (24 x 128 + 2 x 240 x 128 <= 64K).
-constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
-
 // Grid: (query tiles, num_kv_heads, num_requests), as stage 03's. Dynamic shared
 // memory: T::smem_bytes(). maps: a grid constant, so that TMA reads it in place.
 // slice: stage 03's Slice. This stage's forward reads whole contexts
@@ -334,13 +343,15 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   __syncthreads();  // the last barrier of the whole program: from here the roles part
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<PRODUCER_REGS>();
+    setmaxnreg_dec<T::PRODUCER_REGS>();
     const KvLookup lookup(p, qt.r, qt.kv_head);
     if (warp < Producer::WARPS) Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, k_s, v_s, bar);
     return;  // the copies complete on the consumers' barriers; the consumers outlive them
   }
-  setmaxnreg_inc<CONSUMER_REGS>();
-  const int c = warpgroup - 1, other = 1 - c;
+  setmaxnreg_inc<T::CONSUMER_REGS>();
+  // The next consumer in the ping-pong's ring (two: the other one, 1 - c, the
+  // form whose schedule ptxas makes fastest at head_dim 128: notes/09).
+  const int c = warpgroup - 1, next_consumer = T::CONSUMERS == 2 ? 1 - c : (c + 1) % T::CONSUMERS;
   const int row_warp = 4 * c + warp;  // stage 03's warp index: rows 16 row_warp .. + 15 of the tile
 
   load_q_rows<T>(q_s, p, pk, qt, c);
@@ -415,14 +426,15 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     full.wait(parity);
     Producer::landed();
   };
-  // The ping-pong: consumer c's k-th products wait for the other's k-th
-  // hand-over. Named barrier TURN + c completes with 256 arrivals: consumer c's
-  // 128 threads waiting on it and the other's 128 arriving (consumer 0's first
-  // turn is handed over before the loop, and it takes one more turn after its
-  // last products, so that no arrival is left over).
+  // The ping-pong, a ring 0, 1, .., CONSUMERS - 1, 0, ..: consumer c's k-th
+  // products wait for the k-th hand-over of the consumer before it. Named
+  // barrier TURN + c completes with 256 arrivals: consumer c's 128 threads
+  // waiting on it and its predecessor's 128 arriving (consumer 0's first turn
+  // is handed over before the loop, by the last consumer, and consumer 0 takes
+  // one more turn after its last products, so that no arrival is left over).
   auto take_turn = [&] { named_barrier_sync(TURN_BARRIER + c, 256); };
-  auto hand_over = [&] { named_barrier_arrive(TURN_BARRIER + other, 256); };
-  if (c == 1) hand_over();  // consumer 0 goes first
+  auto hand_over = [&] { named_barrier_arrive(TURN_BARRIER + next_consumer, 256); };
+  if (c == T::CONSUMERS - 1) hand_over();  // consumer 0 goes first
 
   wait_full(bar.full_k[0], 0);
   take_turn();
@@ -479,7 +491,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     wgmma_wait<0>();
     wgmma_pin(sm.o);
   }
-  if (c == 0) take_turn();  // consumer 1's last hand-over
+  if (c == 0) take_turn();  // the last consumer's last hand-over
   sm.sum_rows();
   store_rows(row_warp, sm);
 }
