@@ -1,5 +1,6 @@
 // Stage 09: the 128-row prefill tile on TMA, mbarriers and wgmma, with a
-// producer warpgroup and two consumer warpgroups. The same batches as stage 03's
+// producer warpgroup and two consumer warpgroups (192 rows, three at head_dim
+// 64). The same batches as stage 03's
 // prefill tile: every group size (padded ones too), every head_dim (16..256,
 // padded to 64 / 128 / 256 by the copies' zero fill), block sizes 1..256 (one
 // box a block, or a block longer than a tile), chunked prefill, decodes riding
@@ -45,6 +46,16 @@ std::vector<Case> stage09_cases() {
   // One copy a fill (one slab, one box): three of the four producer warps
   // announce no bytes and issue nothing, and the fill still completes.
   cases.push_back({"LongChunk_Group4_D64_Block256", grouped(4, 64, 256), {{300, 600}, {1, 257}}});
+  // The box that holds a range's end, in pieces of 64, 32, .., 1 rows: decodes
+  // whose ranges end 1 .. 127 rows into a 128-row box, one, two, .., seven
+  // binary digits before the end and after it.
+  const auto end_boxes = [] {
+    std::vector<RequestShape> r;
+    for (int n : {1, 2, 3, 7, 42, 63, 64, 65, 85, 96, 127}) r.push_back({1, 128 + n});
+    return r;
+  }();
+  cases.push_back({"EndBoxes_Group4_D128_Block128", grouped(4, 128, 128), end_boxes});
+  cases.push_back({"EndBoxes_Group2_D64_Block256", grouped(2, 64, 256), end_boxes});
   // Long prompts: many query tiles (heaviest first) and many key tiles through
   // the ring (rounds of both parities), ends inside a block and on its edge.
   cases.push_back({"LongPromptWithDecodes_Group4_D128", grouped(4, 128, 16), {{150, 150}, {1, 90}, {1, 3}, {20, 180}}});

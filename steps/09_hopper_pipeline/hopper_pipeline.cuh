@@ -125,14 +125,34 @@ struct Barriers {
   }
 };
 
-// The four tensor maps over the paged pool, made on the host per launch: K and
-// V as [slots][num_kv_heads][head_dim] with a box of one block's rows (at most
-// TILE_K) x one head x 64 dims, and the same with a box of one row, for the
-// block that holds the range's end (copied row by row: its rows past the end
-// are copied from outside the tensor, which TMA fills with zeros).
+// The tensor maps over the paged pool, made on the host per launch: K and V as
+// [slots][num_kv_heads][head_dim] with a box of one block's rows (at most
+// TILE_K) x one head x 64 dims, and the same with boxes of 1, 2, 4, .., 64
+// rows, for the box that holds the range's end (copy_rows: its rows up to the
+// end from its slots, the rest from outside the tensor, which TMA fills with
+// zeros). Only the ones below the block's box are made: the others are never read.
+constexpr int ROW_MAPS = 7;  // rows 2^0 .. 2^6: any count below a 128-key tile
 struct alignas(64) TmaMaps {
-  TmaMap k_box, v_box, k_row, v_row;
+  TmaMap k_box, v_box;
+  TmaMap k_rows[ROW_MAPS], v_rows[ROW_MAPS];
 };
+
+// Rows [0, count) of one 64-dim slab (dims x .., KV head `head`) of a box ->
+// dst, from slot `first` on, or zeros when first < 0 (every piece then comes
+// from outside the tensor): one copy per binary digit of count, 64 rows, then
+// 32, .., 1, so that a part of a box is at most ROW_MAPS copies, not count.
+// (count < 128; rows: the kernel's __grid_constant__ maps themselves.)
+__device__ __forceinline__ void copy_rows(bf16* dst, const TmaMap (&rows)[ROW_MAPS], int x, int head, int first,
+                                          int count, Mbarrier& full) {
+  int done = 0;
+#pragma unroll
+  for (int j = ROW_MAPS - 1; j >= 0; --j) {
+    if (count & (1 << j)) {
+      tma_load_3d(dst + done * 64, rows[j], x, head, first < 0 ? -(1 << j) : first + done, full);
+      done += 1 << j;
+    }
+  }
+}
 
 // Tile t's ring slot, and the parities its waits name: round r = t / STAGES
 // waits for the phase of parity r & 1 of the slot's full barrier (the r-th fill
@@ -165,12 +185,13 @@ constexpr int TMA_WARPS = 4;
 // warp announces the bytes of its own copies (lane 0's arrive_expect_tx: four
 // arrivals a fill). Every box of a tile is copied, past the end too, so that
 // every tile is tile_bytes(): a box wholly past the end is read from outside
-// the tensor (zeros), the box that holds the end row by row. The block table
+// the tensor (zeros), the box that holds the end in pieces (copy_rows). The block table
 // is read a tile ahead, so its latency hides behind the copies of the tile before.
 template <class T>
 __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, const KvLookup& lookup,
                                         const KeyRange& keys, int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar) {
   constexpr int TILE_K = T::TILE_K, SLABS = T::SLABS;
+  static_assert(TILE_K <= 1 << ROW_MAPS, "copy_rows: a part of a box is below 2^ROW_MAPS rows");
   constexpr int COPIES_PER_LANE = (TILE_K * SLABS + 32 * TMA_WARPS - 1) / (32 * TMA_WARPS);  // block size 1: most copies
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int block = 1 << pk.block_shift;
@@ -201,7 +222,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
       Mbarrier& empty = which == 0 ? bar.empty_k[pos.slot] : bar.empty_v[pos.slot];
       Mbarrier& full = which == 0 ? bar.full_k[pos.slot] : bar.full_v[pos.slot];
       const TmaMap& box_map = which == 0 ? maps.k_box : maps.v_box;
-      const TmaMap& row_map = which == 0 ? maps.k_row : maps.v_row;
+      const TmaMap(&row_maps)[ROW_MAPS] = which == 0 ? maps.k_rows : maps.v_rows;
       bf16* tile = (which == 0 ? k_s : v_s) + pos.slot * T::KV_ELEMS;  // [SLABS][TILE_K][64]
       empty.wait(pos.empty_parity);
       if (lane == 0) full.arrive_expect_tx(warp_bytes);
@@ -211,8 +232,8 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
         const int o = copy_of(i), b = o / SLABS, h = o % SLABS, k0 = keys.begin + t * TILE_K + b * box_rows;
         if (o >= copies) break;
         bf16* dst = tile + h * TILE_K * 64 + b * box_rows * 64;
-        // TODO 3: copy box b of slab h: whole when it ends at or before kv_end (the range's end), from outside the tensor (zeros) when it lies wholly past it, row by row through row_map when it holds the end (its rows past the end from outside the tensor)
-        (void)row_map, (void)k0;
+        // TODO 3: copy box b of slab h: whole when it ends at or before kv_end (the range's end), from outside the tensor (zeros) when it lies wholly past it, and when it holds the end, its rows before kv_end from its slots and the rest as zeros (copy_rows, twice)
+        (void)row_maps, (void)k0;
         if (t == 0 && o == 0) PA_TODO(3);
         tma_load_3d(dst, box_map, 64 * h, lookup.kv_head, max(row[i], 0), full);  // placeholder: every box whole, slot 0 past the end
       }
@@ -478,18 +499,22 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
 
 // Host. K and V of the pool as [slots][num_kv_heads][head_dim] (a slot's row of
 // one head is head_dim contiguous values), in boxes of one block's rows (at
-// most tile_k) and of one row, 64 dims wide, landing in the 128-byte swizzle.
+// most tile_k) and of 1, 2, 4, .. rows below it, 64 dims wide, landing in the
+// 128-byte swizzle.
 inline TmaMaps make_maps(const AttentionParams& p, int tile_k) {
   const uint64_t slots = static_cast<uint64_t>(p.kv.num_blocks) * p.kv.block_size;
   const uint64_t dims[3] = {static_cast<uint64_t>(p.kv.head_dim), static_cast<uint64_t>(p.kv.num_kv_heads), slots};
   const uint64_t strides[2] = {sizeof(bf16) * p.kv.head_dim, sizeof(bf16) * p.kv.head_dim * p.kv.num_kv_heads};
   const uint32_t box_rows = static_cast<uint32_t>(std::min(p.kv.block_size, tile_k));
-  const uint32_t box[3] = {64, 1, box_rows}, row[3] = {64, 1, 1};
-  TmaMaps maps;
+  const uint32_t box[3] = {64, 1, box_rows};
+  TmaMaps maps{};
   maps.k_box = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, box, TmaSwizzle::b128);
   maps.v_box = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, box, TmaSwizzle::b128);
-  maps.k_row = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, row, TmaSwizzle::b128);
-  maps.v_row = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, row, TmaSwizzle::b128);
+  for (int j = 0; j < ROW_MAPS && (1u << j) < box_rows; ++j) {
+    const uint32_t rows[3] = {64, 1, 1u << j};
+    maps.k_rows[j] = make_tma_map_2byte_3d(p.kv.k_cache, dims, strides, rows, TmaSwizzle::b128);
+    maps.v_rows[j] = make_tma_map_2byte_3d(p.kv.v_cache, dims, strides, rows, TmaSwizzle::b128);
+  }
   return maps;
 }
 
