@@ -206,8 +206,9 @@ void forward(const AttentionParams& p, cudaStream_t stream, int num_splits);
 namespace stage09 {
 // Stage 03's 128-row tile on Hopper's machinery: a producer warpgroup copies K/V
 // tiles with TMA into a ring of shared-memory slots guarded by mbarriers, two
-// consumer warpgroups multiply with wgmma and take turns on the tensor core.
-// bf16 caches, causal, any batch (decodes ride in its 128-row tiles); no window,
+// consumer warpgroups (three, 192 rows, at head_dim 64) multiply with wgmma and
+// take turns on the tensor core.
+// bf16 caches, causal, any batch (decodes ride in its tiles); no window,
 // no sinks. Runs on sm_90a GPUs and on the CPU runtime.
 void forward(const AttentionParams& p, cudaStream_t stream = nullptr);
 }  // namespace stage09

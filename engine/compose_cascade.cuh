@@ -4,7 +4,7 @@
 //
 // Stage 09's tile keeps stage 07's idea (all of a group's queries as tile rows,
 // the prefix's keys once, split into ranges, partials out) on Hopper's machinery:
-// TMA into a ring, wgmma, two consumer warpgroups. What the engine adds around
+// TMA into a ring, wgmma, two or three consumer warpgroups. What the engine adds around
 // it: the suffix pass as its dependent launch, merging the prefix partials in
 // its epilogue, or, for decode batches where that does not pay, beside it on a
 // second stream with one merge kernel after both; and a cost model for when a

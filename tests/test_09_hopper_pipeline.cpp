@@ -4,7 +4,7 @@
 // prefill tile: every group size (padded ones too), every head_dim (16..256,
 // padded to 64 / 128 / 256 by the copies' zero fill), block sizes 1..256 (one
 // box a block, or a block longer than a tile), chunked prefill, decodes riding
-// in the 128-row tile, empty requests and padding rows; unused cache slots hold
+// in the tile, empty requests and padding rows; unused cache slots hold
 // NaN, so a copy that reads past a range's end shows.
 #include "tests/harness.h"
 
@@ -64,7 +64,7 @@ std::vector<Case> stage09_cases() {
   cases.push_back({"LongChunk_Group2_D256_Block16", grouped(2, 256, 16), {{200, 777}, {3, 129}}});
   cases.push_back({"LongPrompt_Group5_D64_Block1", grouped(5, 64, 1), {{150, 150}, {1, 3}}});
   cases.push_back({"LongPrompt_MHA_D64_Block64", grouped(1, 64, 64), {{150, 150}, {7, 200}}});
-  // Decode-only batches ride in the 128-row tile; verify blocks too.
+  // Decode-only batches ride in the prefill tile; verify blocks too.
   cases.push_back({"Decode_Group4_D128_Block16", grouped(4, 128, 16), decode_requests(3, 77)});
   cases.push_back({"Decode_Group32_D128_Block16", grouped(32, 128, 16), decode_requests(2, 90)});
   cases.push_back({"Verify4_Group4_D128_Block16", grouped(4, 128, 16), {{4, 50}, {1, 33}, {3, 3}}});
