@@ -30,6 +30,9 @@ std::vector<Case> stage09_cases() {
   cases.push_back({"Milestone_Group12_D128_Block16", grouped(12, 128, 16), milestone_requests()});
   cases.push_back({"Milestone_Group16_D64_Block16", grouped(16, 64, 16), milestone_requests()});
   cases.push_back({"Milestone_Group64_D128_Block1", grouped(64, 128, 1), milestone_requests()});
+  // Head_dim 64's 192-row tile: 3 tokens of a group of 64, 6 of 32.
+  cases.push_back({"Milestone_Group64_D64_Block16", grouped(64, 64, 16), milestone_requests()});
+  cases.push_back({"Decode_Group32_D64_Block16", grouped(32, 64, 16), decode_requests(3, 70)});
   // Head sizes: the three tiles, and sizes between them (the copies fill the padding dims with zeros).
   cases.push_back({"Milestone_Group4_D256_Block16", grouped(4, 256, 16), milestone_requests()});
   cases.push_back({"Milestone_Group3_D256_Block1", grouped(3, 256, 1), milestone_requests()});
