@@ -177,7 +177,7 @@ struct TileShape {
 // its cost model's verdict for one group (choose_path's arguments).
 struct PrefixPassModel {
   bool (*serves)(const AttentionParams& p);
-  TileShape (*tile)(int group_rows);
+  TileShape (*tile)(const AttentionParams& p, int group_rows);  // p: its head_dim, for tiles that depend on it
   Path (*choose)(const AttentionParams& p, int members, int prefix_len, int queries, int suffix_len, int num_sms);
 };
 // Attention over any batch of bf16, int8 or fp8_e4m3 caches with the plan's groups.

@@ -40,13 +40,13 @@ inline bool hopper_prefix_serves(const AttentionParams& p) {
   return p.kv.format == KvFormat::bf16 && stage09::slots_fit_coordinates(p);
 }
 
-// Stage 09's tile for every group: 128 rows, one program per SM, prefix splits
-// of whole K/V tiles (its key ranges begin at a multiple of TILE_K: 128 keys up
-// to head_dim 128, 64 at 256; 128 serves both). At head_dim 64 the tile is 192
-// rows: the model counts 128-row query tiles there (the launch counts its own),
-// about 1.5x the programs of a long 64-dim prefix pass.
-inline TileShape hopper_prefix_tile(int /*group_rows*/) {
-  return TileShape{stage09::HopperTile<128>::ROWS, 1, stage09::HopperTile<128>::TILE_K};
+// Stage 09's tile for every group: 128 rows (192 at head_dim 64), one program
+// per SM, prefix splits of whole K/V tiles (its key ranges begin at a multiple
+// of TILE_K: 128 keys up to head_dim 128, 64 at 256; 128 serves every one).
+inline TileShape hopper_prefix_tile(const AttentionParams& p, int /*group_rows*/) {
+  const int rows = stage03::tile_head_dim(p.kv.head_dim) == 64 ? stage09::HopperTile<64>::ROWS
+                                                               : stage09::HopperTile<128>::ROWS;
+  return TileShape{rows, 1, stage09::HopperTile<128>::TILE_K};
 }
 
 // SuffixMerge for the suffix pass that follows the prefix pass in its stream

@@ -42,6 +42,9 @@ inline constexpr DeviceCosts H200_COSTS{132, 4.6e12, 1.8e14, 50e-9, 28e-9, 3e-6,
 inline TileShape tile_shape(int rows) {
   return rows <= 16 ? TileShape{16, stage04::PROGRAMS_PER_SM} : TileShape{128, 1};
 }
+// The same as a prefix pass's tile (PrefixPassModel::tile): stage 03's tiles
+// do not depend on head_dim.
+inline TileShape own_tile_shape(const AttentionParams&, int rows) { return tile_shape(rows); }
 
 // ceil(a / b) for a >= 0, b >= 1, in 64 bits: a prefix may be up to INT_MAX
 // positions long, and a + b - 1 must not wrap.
@@ -56,11 +59,12 @@ struct PrefixSplitPlan {
   int query_tiles, keys_per_split, num_splits;
 };
 inline PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tokens, int prefix_len, int num_groups,
-                                         int num_sms, TileShape (*shape)(int rows) = tile_shape) {
+                                         int num_sms,
+                                         TileShape (*shape)(const AttentionParams&, int rows) = own_tile_shape) {
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
   // 64 bits: tokens x padded group passes INT_MAX from 2^25 tokens. The shapes only ask whether the rows fit 16 or 64.
   const long long rows = static_cast<long long>(group_tokens) * group_pad;
-  const TileShape tile = shape(static_cast<int>(std::min<long long>(rows, 128)));
+  const TileShape tile = shape(p, static_cast<int>(std::min<long long>(rows, 128)));
   const long long query_tiles = ceil_div64(rows, tile.rows);
   const long long tiles = query_tiles * p.kv.num_kv_heads * num_groups;
   const int wanted = static_cast<int>(
