@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   }
   setmaxnreg_inc<T::CONSUMER_REGS>();
   // The next consumer in the ping-pong's ring (two: the other one, 1 - c, the
-  // form whose schedule ptxas makes fastest at head_dim 128: notes/09).
+  // form whose schedule ptxas makes fastest at head_dim 128: notes/09_hopper_pipeline.md).
   const int c = warpgroup - 1, next_consumer = T::CONSUMERS == 2 ? 1 - c : (c + 1) % T::CONSUMERS;
   const int row_warp = 4 * c + warp;  // stage 03's warp index: rows 16 row_warp .. + 15 of the tile
 
