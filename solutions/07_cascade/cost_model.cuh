@@ -38,13 +38,11 @@ inline constexpr DeviceCosts H200_COSTS{132, 4.6e12, 1.8e14, 50e-9, 28e-9, 3e-6,
 
 // A GQA-packed tile of stage 03 for `rows` rows per request (tokens x padded
 // heads): the 16-row decode tile when they fit it (stage 04 runs 4 per SM),
-// else 128-row tiles (one per SM).
-inline TileShape tile_shape(int rows) {
+// else 128-row tiles (one per SM). The shape of PrefixPassModel::tile, whose
+// tiles may depend on p (stage 03's do not).
+inline TileShape tile_shape(const AttentionParams& /*p*/, int rows) {
   return rows <= 16 ? TileShape{16, stage04::PROGRAMS_PER_SM} : TileShape{128, 1};
 }
-// The same as a prefix pass's tile (PrefixPassModel::tile): stage 03's tiles
-// do not depend on head_dim.
-inline TileShape own_tile_shape(const AttentionParams&, int rows) { return tile_shape(rows); }
 
 // ceil(a / b) for a >= 0, b >= 1, in 64 bits: a prefix may be up to INT_MAX
 // positions long, and a + b - 1 must not wrap.
@@ -60,7 +58,7 @@ struct PrefixSplitPlan {
 };
 inline PrefixSplitPlan prefix_split_plan(const AttentionParams& p, int group_tokens, int prefix_len, int num_groups,
                                          int num_sms,
-                                         TileShape (*shape)(const AttentionParams&, int rows) = own_tile_shape) {
+                                         TileShape (*shape)(const AttentionParams&, int rows) = tile_shape) {
   const int group_pad = 1 << stage03::log2_ceil(p.num_q_heads / p.kv.num_kv_heads);
   // 64 bits: tokens x padded group passes INT_MAX from 2^25 tokens. The shapes only ask whether the rows fit 16 or 64.
   const long long rows = static_cast<long long>(group_tokens) * group_pad;
@@ -118,7 +116,7 @@ struct PassTimes {
                             costs.program_start_s);
       return sp.num_splits > 1 && !merged ? t + costs.launch_s : t;
     }
-    const TileShape tile = tile_shape(queries * group_pad());
+    const TileShape tile = tile_shape(p, queries * group_pad());
     const long long query_tiles = ceil_div64(static_cast<long long>(queries) * group_pad(), tile.rows);
     return pass(static_cast<double>(query_tiles) * members * hkv, tile.per_sm,
                 static_cast<double>(ceil_div64(span, bs)) * bs,

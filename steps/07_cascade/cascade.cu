@@ -160,7 +160,7 @@ Cascade plan(const AttentionParams& p, const BatchMeta& meta, const std::vector<
   if (c.num_groups > 0) {
     const PrefixSplitPlan pre =
         prefix_split_plan(p, c.max_group_tokens, c.max_prefix_len, c.num_groups, num_sms,
-                          prefix_pass != nullptr ? prefix_pass->tile : own_tile_shape);
+                          prefix_pass != nullptr ? prefix_pass->tile : tile_shape);
     c.prefix_keys_per_split = pre.keys_per_split;
     c.num_prefix_splits = pre.num_splits;
     const size_t part_rows = static_cast<size_t>(c.num_prefix_splits) * c.num_tokens * p.num_q_heads;

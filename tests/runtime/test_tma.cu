@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/attention_params.h"
@@ -515,14 +516,10 @@ std::string without_directories(std::string msg) {
   return msg;
 }
 
+// The shared launch_error's report, its source paths cut to file names.
 template <class F>
 std::string launch_error(F&& launch) {
-  try {
-    launch();
-  } catch (const cpucuda::KernelError& e) {
-    return without_directories(e.what());
-  }
-  return "(no error)";
+  return without_directories(pa::runtime_test::launch_error(std::forward<F>(launch)));
 }
 
 std::string at_line(int line) { return "test_tma.cu:" + std::to_string(line); }
