@@ -18,6 +18,7 @@
 #include "solutions/08_attention_sinks/attention_sinks.cuh"
 #include "solutions/09_hopper_pipeline/hopper_pipeline.cuh"
 #include "hopper_cp_async.cuh"
+#include "persistent_chunks.cuh"
 
 namespace pa::engine::detail {
 namespace {
@@ -68,6 +69,18 @@ void launch_hopper_tiles(const Plan& plan, const AttentionParams& p, const stage
   }
 }
 
+// Stage 09's tiles over the query tiles slice serves, on the plan's chunk
+// programs (persistent_chunks.cuh), filled as the plan says.
+template <int HEAD_DIM, Slice S>
+void launch_hopper_chunks(const Plan& plan, const AttentionParams& p, const stage03::Packing& pk, cudaStream_t stream,
+                          const S& slice) {
+  if (plan.cp_async_copies) {
+    launch_persistent_chunks<HEAD_DIM, detail::CpAsyncProducer>(p, pk, slice, plan.chunk_programs, stream);
+  } else {
+    launch_persistent_chunks<HEAD_DIM, stage09::TmaProducer>(p, pk, slice, plan.chunk_programs, stream);
+  }
+}
+
 // ---- The mixed path: a batch of prefill chunks and decodes, each on its own tile.
 //
 // Launch 1, the 128-row tiles over the whole context, serves the requests with
@@ -75,8 +88,11 @@ void launch_hopper_tiles(const Plan& plan, const AttentionParams& p, const stage
 // run. Launch 2, the decode tile over the plan's splits, serves the decodes and
 // reads nothing of launch 1, so as a dependent launch its programs take the SM
 // slots that launch 1's last wave leaves free: the decodes' memory traffic
-// runs beside the chunks' tensor-core work. Launch 3 merges the decode rows'
-// partials once launch 2 has finished.
+// runs beside the chunks' tensor-core work. With Plan::chunk_programs, launch 1
+// is that many programs of stage 09's tile per KV head, each running several
+// query tiles (persistent_chunks.cuh): all of them start at once, so launch 2
+// starts at once on the other SMs. Launch 3 merges the decode rows' partials
+// once launch 2 has finished.
 
 // Launch 1's Slice: Inner (the adapted WholeContext) for requests of more than
 // one query; query_tile() runs first in every program, so that is where it lets
@@ -115,7 +131,11 @@ void run_mixed(const Plan& plan, const AttentionParams& p, const stage03::Packin
     bool on_hopper = false;
     if constexpr (HOPPER_COMPOSES<Tiles, Mask, Adapt>) {
       on_hopper = hopper_prefill(plan, p);
-      if (on_hopper) launch_hopper_tiles<HEAD_DIM>(plan, p, pk, stream, chunks(stage03::WholeContext{}));
+      if (on_hopper && plan.chunk_programs > 0) {
+        launch_hopper_chunks<HEAD_DIM>(plan, p, pk, stream, further::ServesPrefills<stage03::WholeContext>{});
+      } else if (on_hopper) {
+        launch_hopper_tiles<HEAD_DIM>(plan, p, pk, stream, chunks(stage03::WholeContext{}));
+      }
     }
     if (!on_hopper) {
       stage03::run_whole_context<typename Tiles::template Prefill<HEAD_DIM>, Tiles, Mask>(p, pk, stream, chunks);

@@ -52,8 +52,9 @@ enum class Path : uint8_t {
   whole_tiles,        // stage 03: one program per (query tile, KV head, request) over its whole context
   splits,             // stage 04: decodes, each context cut into splits, then the merge
   sink_token_splits,  // stage 08: decodes with sink tokens, split 0 the sink tokens, then the window's splits
-  mixed,              // chunks and decodes: 128-row tiles for requests of several queries, the decode tile over
-                      //   splits for the decodes beside them (a dependent launch), then the decodes' merge
+  mixed,              // chunks and decodes: 128-row tiles for requests of several queries (on stage 09's tile,
+                      //   optionally on a few programs per KV head: Options::chunk_programs), the decode tile
+                      //   over splits for the decodes beside them (a dependent launch), then the decodes' merge
   work_list,          // decodes (Options::work_list): a flat grid of items of balanced length over all requests,
                       //   each context cut by its own length, then the merge
   invariant,          // batch-invariant mode (going_further/batch_invariant.cuh): fixed-size splits for decodes, 128-row tiles for the rest
@@ -93,6 +94,13 @@ struct Options {
   bool work_list = false;
   PrefillTiles prefill_tiles = PrefillTiles::automatic;
   PrefillCopies prefill_copies = PrefillCopies::tma;
+  // Mixed batches whose chunks run on stage 09's tile: n > 0 runs the chunks'
+  // query tiles on n programs per KV head, each several, so that the decodes
+  // start beside them on the SMs they leave (engine/persistent_chunks.cuh); n
+  // x num_kv_heads must not exceed the SMs (one program per SM). 0: one program
+  // per query tile (stage 09's grid; the decodes start after its first wave).
+  // Not yet the default: it has not been timed on a GPU (notes/engine.md).
+  int chunk_programs = 0;
 };
 
 // Made by plan(), read by run(). Plain data: copy it, keep it beside the workspace.
@@ -114,6 +122,8 @@ struct Plan {
   bool tuned = false;       // num_splits came from Options::tuned's table, not from stage 04's rule
   bool hopper_prefill = false;  // prefill query tiles on stage 09's tile (Options::prefill_tiles), not stage 03's
   bool cp_async_copies = false;  // stage 09's tile filled by cp.async, not TMA (Options::prefill_copies)
+  int chunk_programs = 0;        // mixed path on stage 09's tile: programs per KV head over the chunks' query
+                                 //   tiles (Options::chunk_programs); 0: one per query tile
   size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D] (work list: rows 1)
   size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
   size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace

@@ -41,21 +41,22 @@ struct CpAsyncProducer {
   // the generic proxy, and wgmma reads the slot through the async proxy.
   __device__ __forceinline__ static void landed() { fence_async_smem(); }
 
-  // Tiles 0 .. num_tiles - 1 of keys [keys.begin, keys.end) into the ring, K then
-  // V of each. Thread i of the warpgroup copies chunks i, i + 128, ... of a tile
-  // (TILE_K rows of HEAD_DIM / 8 chunks), each from its key's slot: the block
-  // table's entry is an L1 hit after the tile's first lookups, so every thread
-  // looks up its own rows rather than sharing them.
+  // Tiles 0 .. num_tiles - 1 of keys [keys.begin, keys.end) into the ring's
+  // positions first, first + 1, .., K then V of each. Thread i of the warpgroup
+  // copies chunks i, i + 128, ... of a tile (TILE_K rows of HEAD_DIM / 8
+  // chunks), each from its key's slot: the block table's entry is an L1 hit
+  // after the tile's first lookups, so every thread looks up its own rows rather
+  // than sharing them.
   template <class T>
   __device__ __forceinline__ static void fill(const stage09::TmaMaps&, const AttentionParams& p,
                                               const Packing& pk, const KvLookup& lookup,
                                               const KeyRange& keys, int num_tiles, bf16* k_s, bf16* v_s,
-                                              stage09::Barriers<T>& bar) {
+                                              stage09::Barriers<T>& bar, int first) {
     constexpr int TILE_K = T::TILE_K, CHUNKS = T::HEAD_DIM / 8, THREADS = 32 * WARPS;
     static_assert(TILE_K * CHUNKS % THREADS == 0, "every thread copies as many chunks of a tile");
     const int me = threadIdx.x % THREADS, dims = p.kv.head_dim;
     for (int t = 0; t < num_tiles; ++t) {
-      const stage09::RingPos<T::STAGES> pos(t);
+      const stage09::RingPos<T::STAGES> pos(first + t);
       const int tile_first = keys.begin + t * TILE_K;
 #pragma unroll
       for (int which = 0; which < 2; ++which) {  // K, then V

@@ -141,8 +141,10 @@ std::string Plan::describe() const {
   if (sinks) s += ", learned sinks";
   if (tuned) s += ", tuned";
   if (hopper_prefill) s += cp_async_copies ? ", Hopper prefill tiles (cp.async copies)" : ", Hopper prefill tiles";
+  if (chunk_programs > 0) s += ", " + std::to_string(chunk_programs) + " chunk programs per KV head";
   return s;
 }
+
 
 Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) {
   PA_REQUIRE(p_in.window >= 0, "engine::plan: window " + str(p_in.window) + " is negative (0 = no window)");
@@ -244,6 +246,17 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
              "engine::plan: Options::prefill_copies = cp_async fills stage 09's ring; "
              "prefill_tiles = mma_sync runs no stage 09 tile (choose automatic or hopper)");
   pl.cp_async_copies = pl.hopper_prefill && options.prefill_copies == PrefillCopies::cp_async;
+  PA_REQUIRE(options.chunk_programs >= 0,
+             "engine::plan: Options::chunk_programs " + str(options.chunk_programs) +
+                 " is negative (0: one program per query tile, n > 0: n programs per KV head)");
+  PA_REQUIRE(options.chunk_programs * p.kv.num_kv_heads <= num_sms(),
+             "engine::plan: Options::chunk_programs " + str(options.chunk_programs) + " x " +
+                 str(p.kv.num_kv_heads) + " KV heads is more programs than the device's " + str(num_sms()) +
+                 " SMs hold at once (one program of stage 09's tile per SM)");
+  PA_REQUIRE(options.chunk_programs == 0 || options.prefill_tiles != PrefillTiles::mma_sync,
+             "engine::plan: Options::chunk_programs sets stage 09's chunk programs; "
+             "prefill_tiles = mma_sync runs no stage 09 tile (choose automatic or hopper)");
+  if (pl.hopper_prefill && pl.path == Path::mixed) pl.chunk_programs = options.chunk_programs;
   const bool partials =
       pl.path == Path::invariant || pl.path == Path::mixed || pl.path == Path::work_list || pl.num_splits > 1;
   if (partials) {

@@ -38,6 +38,7 @@ struct EngineCase {
   int num_sms = 0;         // Options::num_sms (0: the device's)
   engine::PrefillTiles prefill = engine::PrefillTiles::automatic;  // Options::prefill_tiles
   engine::PrefillCopies copies = engine::PrefillCopies::tma;        // Options::prefill_copies
+  int chunk_programs = 0;  // Options::chunk_programs (0: the engine's rule)
 };
 
 std::string prefill_name(engine::PrefillTiles t, engine::PrefillCopies copies) {
@@ -186,6 +187,31 @@ std::vector<EngineCase> engine_cases() {
           BuildOptions{.seed = 13, .padding_rows = 1}}});
     add({{"Prompt_Group1_D80_Block32", config(2, 2, 80, 32), {{260, 260}, {5, 133}}}});
   }
+  // The mixed path's chunks on a few programs of stage 09's tile per KV head, each running many query tiles through
+  // one ring and one ring of turns (ragged tiles, tiles of one key tile,
+  // decodes between the chunks, three consumers at head_dim 64, 64 keys a tile
+  // at head_dim 256, programs left without a tile), and cp.async copies on the
+  // same walk.
+  auto chunks = [&](std::string name, EngineCase e, int programs, PrefillCopies copies = PrefillCopies::tma) {
+    e.c.name = "Bf16_HopperChunks" + std::to_string(programs) + "_" + name +
+               (copies == PrefillCopies::cp_async ? "_CpAsync" : "");
+    e.prefill = PrefillTiles::hopper;
+    e.copies = copies;
+    e.chunk_programs = programs;
+    e.num_sms = 64;  // room for the programs asked (the CPU runtime reports its cores)
+    cases.push_back(std::move(e));
+  };
+  const EngineCase mixed{{"", g4, random_mixed_requests(5, 8, 300), BuildOptions{.seed = 5, .padding_rows = 2}}, 3};
+  chunks("Mixed_Splits3", mixed, 1);
+  chunks("Milestone", {{"", g4, milestone_requests()}}, 7);  // more programs than query tiles: most run none
+  chunks("Mixed_Splits3", mixed, 2, PrefillCopies::cp_async);
+  chunks("Mixed_Group16_D96",
+         {{"", config(32, 2, 96, 16), {{1, 70}, {9, 200}, {1, 1}, {33, 33}, {1, 333}, {0, 12}}}}, 1);
+  chunks("Mixed_Group6_D64_Block1",
+         {{"", config(12, 2, 64, 1), {{1, 90}, {40, 160}, {1, 7}, {0, 0}, {65, 65}, {1, 20}, {30, 30}},
+           BuildOptions{.seed = 11, .padding_rows = 1}}},
+         2);
+  chunks("Mixed_Group2_D256_Block64", {{"", config(4, 2, 256, 64), {{150, 300}, {1, 129}, {40, 80}, {1, 64}}}}, 1);
   return cases;
 }
 
@@ -201,7 +227,8 @@ TEST_P(Engine, MatchesOracle) {
                                   .num_sms = k.num_sms,
                                   .work_list = k.work_list,
                                   .prefill_tiles = k.prefill,
-                                  .prefill_copies = k.copies});
+                                  .prefill_copies = k.copies,
+                                  .chunk_programs = k.chunk_programs});
   expect_device_matches_oracle(p, db, "case " + k.c.name, reference_attention(p));
   if (k.c.opt.padding_rows > 0) expect_padding_rows_exact_zero(p, db, "case " + k.c.name + ": ");
 }
@@ -553,6 +580,45 @@ TEST(EnginePlan, ChoosesThePrefillTile) {
   DeviceBatch dq(q);
   EXPECT_FALSE(engine::plan(dq.params(), b).hopper_prefill);
   expect_error([&] { engine::plan(dq.params(), b, {.prefill_tiles = PrefillTiles::hopper}); }, refusal);
+}
+
+// The mixed path runs its chunks on stage 09's grid, one program per query
+// tile, unless asked for a few programs per KV head; counts a device cannot
+// hold at once, negative ones, or ones beside stage 03's tile are refused.
+TEST(EnginePlan, RunsTheMixedChunksOnAFewProgramsPerKvHeadWhenAsked) {
+  using engine::PrefillTiles;
+  const Problem p = make_problem(config(8, 2, 128, 16), milestone_requests());
+  DeviceBatch db(p);
+  const engine::Bounds b = engine::bounds_of(db.params().batch);
+  const engine::Plan grid = engine::plan(db.params(), b, {.num_sms = 40, .prefill_tiles = PrefillTiles::hopper});
+  ASSERT_EQ(grid.path, engine::Path::mixed) << grid.describe();
+  EXPECT_EQ(grid.chunk_programs, 0) << grid.describe();
+  const engine::Plan asked =
+      engine::plan(db.params(), b, {.num_sms = 40, .prefill_tiles = PrefillTiles::hopper, .chunk_programs = 20});
+  EXPECT_EQ(asked.chunk_programs, 20) << "20 x 2 KV heads fill 40 SMs: " << asked.describe();
+  EXPECT_NE(asked.describe().find("20 chunk programs per KV head"), std::string::npos) << asked.describe();
+  EXPECT_EQ(engine::plan(db.params(), b, {.num_sms = 40, .chunk_programs = 3}).chunk_programs,
+            engine::plan(db.params(), b, {.num_sms = 40}).hopper_prefill ? 3 : 0)
+      << "automatic tiles: the count applies where stage 09's tile runs the chunks";
+  const Problem d = make_problem(config(8, 2, 128, 16), ragged_decodes());
+  DeviceBatch dd(d);
+  EXPECT_EQ(engine::plan(dd.params(), engine::bounds_of(dd.params().batch),
+                         {.num_sms = 40, .prefill_tiles = PrefillTiles::hopper, .chunk_programs = 3})
+                .chunk_programs,
+            0)
+      << "a decode batch has no chunks";
+  expect_error([&] { engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::hopper, .chunk_programs = -1}); },
+               "chunk_programs -1 is negative");
+  expect_error(
+      [&] {
+        engine::plan(db.params(), b, {.num_sms = 8, .prefill_tiles = PrefillTiles::hopper, .chunk_programs = 5});
+      },
+      "chunk_programs 5 x 2 KV heads is more programs than the device's 8 SMs");
+  expect_error(
+      [&] {
+        engine::plan(db.params(), b, {.num_sms = 40, .prefill_tiles = PrefillTiles::mma_sync, .chunk_programs = 2});
+      },
+      "prefill_tiles = mma_sync runs no stage 09 tile");
 }
 
 // Options::prefill_copies fills stage 09's ring where a plan runs it; asked

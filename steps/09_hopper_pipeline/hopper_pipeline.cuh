@@ -177,8 +177,10 @@ constexpr int TMA_WARPS = 4;
 
 // The producer: tiles 0 .. num_tiles - 1 of keys [kv_begin, kv_end) into the
 // ring, K then V of each (kv_begin: a multiple of TILE_K, so that no box
-// straddles two blocks). A tile is boxes x SLABS copies, copy o = box o / SLABS
-// (one block of rows, or TILE_K rows of a longer block) of slab o % SLABS.
+// straddles two blocks); tile t takes the ring's position first + t (first: 0
+// in this stage, where a program runs one query tile). A tile is boxes x SLABS
+// copies, copy o = box o / SLABS (one block of rows, or TILE_K rows of a longer
+// block) of slab o % SLABS.
 // Copy o goes to warp o % TMA_WARPS: a warp issues its tensor copies one after
 // another whatever lane holds them (each moves its coordinates to the uniform
 // datapath first), so four warps issue a tile four times as fast as one. Each
@@ -189,7 +191,8 @@ constexpr int TMA_WARPS = 4;
 // is read a tile ahead, so its latency hides behind the copies of the tile before.
 template <class T>
 __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, const KvLookup& lookup,
-                                        const KeyRange& keys, int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar) {
+                                        const KeyRange& keys, int num_tiles, bf16* k_s, bf16* v_s, Barriers<T>& bar,
+                                        int first) {
   constexpr int TILE_K = T::TILE_K, SLABS = T::SLABS;
   static_assert(TILE_K <= 1 << ROW_MAPS, "copy_rows: a part of a box is below 2^ROW_MAPS rows");
   constexpr int COPIES_PER_LANE = (TILE_K * SLABS + 32 * TMA_WARPS - 1) / (32 * TMA_WARPS);  // block size 1: most copies
@@ -215,7 +218,7 @@ __device__ __forceinline__ void produce(const TmaMaps& maps, const Packing& pk, 
   int row[COPIES_PER_LANE], next[COPIES_PER_LANE];
   rows_of(0, row);
   for (int t = 0; t < num_tiles; ++t) {
-    const RingPos<T::STAGES> pos(t);
+    const RingPos<T::STAGES> pos(first + t);
     if (t + 1 < num_tiles) rows_of(t + 1, next);
 #pragma unroll
     for (int which = 0; which < 2; ++which) {  // K, then V
@@ -251,8 +254,8 @@ struct TmaProducer {
   template <class T>
   __device__ __forceinline__ static void fill(const TmaMaps& maps, const AttentionParams&, const Packing& pk,
                                               const KvLookup& lookup, const KeyRange& keys, int num_tiles, bf16* k_s,
-                                              bf16* v_s, Barriers<T>& bar) {
-    produce<T>(maps, pk, lookup, keys, num_tiles, k_s, v_s, bar);
+                                              bf16* v_s, Barriers<T>& bar, int first) {
+    produce<T>(maps, pk, lookup, keys, num_tiles, k_s, v_s, bar, first);
   }
   // A consumer's step after its wait on a full barrier: tensor copies write
   // through the async proxy that wgmma reads, so there is nothing to order.
@@ -280,11 +283,85 @@ __device__ __forceinline__ void load_q_rows(bf16* q_s, const AttentionParams& p,
 // The consumers' turn barriers: named barriers TURN_BARRIER + c (0 is __syncthreads').
 constexpr int TURN_BARRIER = 1;
 
-// Grid: (query tiles, num_kv_heads, num_requests), as stage 03's. Dynamic shared
-// memory: T::smem_bytes(). maps: a grid constant, so that TMA reads it in place.
-// slice: stage 03's Slice. This stage's forward reads whole contexts
-// (WholeContext); the engine passes others (a request subset, a prefix split),
-// whose key ranges begin at a multiple of TILE_K.
+// A program's shared memory: Q, the ring's K and V slots, then its barriers.
+template <class T>
+struct SharedTiles {
+  bf16* q_s;  // [SLABS][ROWS][64] Sw128
+  bf16* k_s;  // [STAGES][SLABS][TILE_K][64] Sw128
+  bf16* v_s;  // [STAGES][SLABS][TILE_K][64] Sw128
+  Barriers<T>* bar;
+};
+template <class T>
+__device__ __forceinline__ SharedTiles<T> shared_tiles() {
+  unsigned char* raw = dynamic_smem<unsigned char>();
+  SharedTiles<T> sh;
+  sh.q_s = reinterpret_cast<bf16*>(raw + (T::ALIGN - reinterpret_cast<uintptr_t>(raw) % T::ALIGN) % T::ALIGN);
+  sh.k_s = sh.q_s + T::Q_ELEMS;
+  sh.v_s = sh.k_s + T::STAGES * T::KV_ELEMS;
+  sh.bar = reinterpret_cast<Barriers<T>*>(sh.v_s + T::STAGES * T::KV_ELEMS);
+  return sh;
+}
+
+// The warpgroup index through a shuffle from lane 0: the compiler then knows it
+// is one value for the warp and keeps what derives from it, the products'
+// descriptors, in uniform registers (from threadIdx.x, it moves each
+// descriptor from a thread's registers to uniform ones before every product).
+__device__ __forceinline__ int warpgroup_index() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+}
+
+// The tile's keys: the Slice's part of its causal range [0, position of its
+// last query + 1) (the whole range in this stage), and their TILE_K-key tiles.
+template <Slice S>
+__device__ __forceinline__ KeyRange tile_keys(const S& slice, const QueryTile& qt, const Packing& pk) {
+  return slice.key_range(0, stage03::warp_keys(qt, pk, 0).tile_kv_end);
+}
+template <class T>
+__device__ __forceinline__ int key_tiles(const KeyRange& keys) {
+  return keys.end > keys.begin ? (keys.end - keys.begin + T::TILE_K - 1) / T::TILE_K : 0;
+}
+
+// Rows 16 row_warp + g and + 8 of the tile (stage 03's warp index) with the
+// state sm: only real rows are stored (final out and lse, or a partial).
+template <Slice S, class State>
+__device__ __forceinline__ void store_rows(const AttentionParams& p, const Packing& pk, const S& slice,
+                                           const QueryTile& qt, int row_warp, const State& sm) {
+  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const QueryTile::Row row = qt.row(pk, 16 * row_warp + g + 8 * i);
+    if (!row.real) continue;
+    slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
+  }
+}
+
+// An empty range (a split past a shorter prefix): empty rows, no barrier. Consumers only.
+template <class T, Slice S>
+__device__ __forceinline__ void store_empty_rows(const AttentionParams& p, const Packing& pk, const S& slice,
+                                                 const QueryTile& qt, int c) {
+  FragSoftmax<T::HEAD_DIM / 8> empty;
+  empty.init();
+  store_rows(p, pk, slice, qt, 4 * c + threadIdx.x / 32 % 4, empty);
+}
+
+// The ping-pong, a ring 0, 1, .., CONSUMERS - 1, 0, ..: consumer c's k-th
+// products wait for the k-th hand-over of the consumer before it. Named
+// barrier TURN + c completes with 256 arrivals: consumer c's 128 threads
+// waiting on it and its predecessor's 128 arriving. Consumer 0's first turn is
+// handed over before the first tile, by the last consumer, and consumer 0 takes
+// one more turn after its last products, so that no arrival is left over.
+template <class T>
+__device__ __forceinline__ void take_turn(int c) {
+  named_barrier_sync(TURN_BARRIER + c, 256);
+}
+template <class T>
+__device__ __forceinline__ void hand_over(int c) {
+  // The next consumer in the ring (two: the other one, 1 - c, the form whose
+  // schedule ptxas makes fastest at head_dim 128: notes/09_hopper_pipeline.md).
+  const int next_consumer = T::CONSUMERS == 2 ? 1 - c : (c + 1) % T::CONSUMERS;
+  named_barrier_arrive(TURN_BARRIER + next_consumer, 256);
+}
+
 // The weights as P's A fragments, straight from S's accumulators (as stage 03):
 // s [TILE_K / 8][4] fp32 -> pa [TILE_K / 16][4] bf16 pairs.
 template <int TILE_K>
@@ -298,71 +375,30 @@ __device__ __forceinline__ void pack_weights(const float (&s)[TILE_K / 8][4], ui
   }
 }
 
-template <class T, Slice S = stage03::WholeContext, class Producer = TmaProducer>
-__global__ void __launch_bounds__(T::NUM_THREADS, 1)
-    hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk, S slice) {
-  static_assert(!after_prior_grid<S>, "the tile starts with its grid: no Slice that waits for an earlier one");
+// Consumer c's work on one query tile of num_tiles key tiles (num_tiles >= 1):
+// its 64 rows of Q, the products and softmax of every key tile, its rows
+// stored. Key tile t is the ring's position first + t, and Q lands on phase
+// parity q_parity of q_ready[c] (first = q_parity = 0 in this stage: a program
+// runs one query tile). Between its turns' first and last it is in the ping-pong
+// ring (take_turn / hand_over): the caller hands consumer 0 its first turn and
+// takes consumer 0's last one.
+template <class T, class Producer, Slice S>
+__device__ __forceinline__ void consume(const AttentionParams& p, const Packing& pk, const S& slice,
+                                        const QueryTile& qt, const KeyRange& keys, int num_tiles,
+                                        const SharedTiles<T>& sh, int c, int first, uint32_t q_parity) {
   constexpr int HEAD_DIM = T::HEAD_DIM, TILE_K = T::TILE_K;
   constexpr int S_TILES = TILE_K / 8, O_TILES = HEAD_DIM / 8;
-  unsigned char* raw = dynamic_smem<unsigned char>();
-  bf16* q_s = reinterpret_cast<bf16*>(raw + (T::ALIGN - reinterpret_cast<uintptr_t>(raw) % T::ALIGN) % T::ALIGN);
-  bf16* k_s = q_s + T::Q_ELEMS;               // [STAGES][SLABS][TILE_K][64] Sw128
-  bf16* v_s = k_s + T::STAGES * T::KV_ELEMS;  // [STAGES][SLABS][TILE_K][64] Sw128
-  Barriers<T>& bar = *reinterpret_cast<Barriers<T>*>(v_s + T::STAGES * T::KV_ELEMS);
-  // The warpgroup index through a shuffle from lane 0: the compiler then knows it
-  // is one value for the warp and keeps what derives from it, the products'
-  // descriptors, in uniform registers (from threadIdx.x, it moves each
-  // descriptor from a thread's registers to uniform ones before every product).
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  Barriers<T>& bar = *sh.bar;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-
-  QueryTile qt;
-  // The whole program returns: no barrier yet.
-  if (!qt.init<T>(p, pk, slice.query_tile(), request_of(slice)) || !serves(slice, qt.q_len)) return;
-  // The tile's keys: the Slice's part of its causal range [0, position of its
-  // last query + 1); the whole range in this stage.
-  const KeyRange keys = slice.key_range(0, stage03::warp_keys(qt, pk, 0).tile_kv_end);
-  const int num_tiles = keys.end > keys.begin ? (keys.end - keys.begin + TILE_K - 1) / TILE_K : 0;
   const int g = lane / 4, t4 = lane % 4;
-  // Rows 16 row_warp + g and + 8 of the tile (stage 03's warp index) with the
-  // state sm: only real rows are stored (final out and lse, or a partial).
-  auto store_rows = [&](int row_warp, const auto& sm) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const QueryTile::Row row = qt.row(pk, 16 * row_warp + g + 8 * i);
-      if (!row.real) continue;
-      slice.store_row(p, qt.q_row(p, pk, row), sm.o, i, t4, sm.inv_l(i), sm.lse(i));
-    }
-  };
-  if (num_tiles == 0) {  // an empty range (a split past a shorter prefix): empty rows, no barrier
-    if (warpgroup > 0) {
-      FragSoftmax<O_TILES> empty;
-      empty.init();
-      store_rows(4 * (warpgroup - 1) + warp, empty);
-    }
-    return;
-  }
-
-  if (threadIdx.x == 0) bar.init(Producer::FULL_ARRIVALS);
-  __syncthreads();  // the last barrier of the whole program: from here the roles part
-
-  if (warpgroup == 0) {
-    setmaxnreg_dec<T::PRODUCER_REGS>();
-    const KvLookup lookup(p, qt.r, qt.kv_head);
-    if (warp < Producer::WARPS) Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, k_s, v_s, bar);
-    return;  // the copies complete on the consumers' barriers; the consumers outlive them
-  }
-  setmaxnreg_inc<T::CONSUMER_REGS>();
-  // The next consumer in the ping-pong's ring (two: the other one, 1 - c, the
-  // form whose schedule ptxas makes fastest at head_dim 128: notes/09_hopper_pipeline.md).
-  const int c = warpgroup - 1, next_consumer = T::CONSUMERS == 2 ? 1 - c : (c + 1) % T::CONSUMERS;
   const int row_warp = 4 * c + warp;  // stage 03's warp index: rows 16 row_warp .. + 15 of the tile
+  auto ring = [&](int tile) { return RingPos<T::STAGES>(first + tile); };
 
-  load_q_rows<T>(q_s, p, pk, qt, c);
+  load_q_rows<T>(sh.q_s, p, pk, qt, c);
   cp_async_wait<0>();
   fence_async_smem();  // this thread's Q is written; wgmma reads it through the async proxy
   bar.q_ready[c].arrive();
-  bar.q_ready[c].wait(0);
+  bar.q_ready[c].wait(q_parity);
 
   // The causal limits of this lane's rows g and g + 8 (stage 03's mask).
   int q_pos[2];
@@ -372,11 +408,11 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
 
   // The products' operands, made once: this consumer's 64 rows of each Q slab,
   // and the first ring slot of K and of V (a product moves them: slot, slab, k-step).
-  const Sw128Operand q_op = Sw128Operand::k_major(q_s).rows(64 * c);
-  const Sw128Operand k_op = Sw128Operand::k_major(k_s), v_op = Sw128Operand::n_major(v_s, TILE_K * 64);
+  const Sw128Operand q_op = Sw128Operand::k_major(sh.q_s).rows(64 * c);
+  const Sw128Operand k_op = Sw128Operand::k_major(sh.k_s), v_op = Sw128Operand::n_major(sh.v_s, TILE_K * 64);
   // Starts S = Q K^T of `tile` (64 rows x TILE_K keys, k-steps of 16 dims) as one group.
   auto start_scores = [&](float(&s)[S_TILES][4], int tile) {
-    const Sw128Operand k_tile = k_op.rows(RingPos<T::STAGES>(tile).slot * (T::KV_ELEMS / 64));
+    const Sw128Operand k_tile = k_op.rows(ring(tile).slot * (T::KV_ELEMS / 64));
 #pragma unroll
     for (int j = 0; j < S_TILES; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     wgmma_pin(s);
@@ -413,7 +449,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // Starts O += P V of `tile` as one group: each 16-key slice of P against all
   // HEAD_DIM columns of V in one product.
   auto start_output = [&](int tile) {
-    const Sw128Operand v_tile = v_op.rows(RingPos<T::STAGES>(tile).slot * (T::KV_ELEMS / 64));
+    const Sw128Operand v_tile = v_op.rows(ring(tile).slot * (T::KV_ELEMS / 64));
     wgmma_pin(p_now);  // P and the rescaled O are in their registers before the fence
     wgmma_pin(sm.o);
     wgmma_fence();
@@ -430,23 +466,15 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     full.wait(parity);
     Producer::landed();
   };
-  // The ping-pong, a ring 0, 1, .., CONSUMERS - 1, 0, ..: consumer c's k-th
-  // products wait for the k-th hand-over of the consumer before it. Named
-  // barrier TURN + c completes with 256 arrivals: consumer c's 128 threads
-  // waiting on it and its predecessor's 128 arriving (consumer 0's first turn
-  // is handed over before the loop, by the last consumer, and consumer 0 takes
-  // one more turn after its last products, so that no arrival is left over).
-  auto take_turn = [&] { named_barrier_sync(TURN_BARRIER + c, 256); };
-  auto hand_over = [&] { named_barrier_arrive(TURN_BARRIER + next_consumer, 256); };
-  if (c == T::CONSUMERS - 1) hand_over();  // consumer 0 goes first
 
-  wait_full(bar.full_k[0], 0);
-  take_turn();
+  const RingPos<T::STAGES> first_pos = ring(0);
+  wait_full(bar.full_k[first_pos.slot], first_pos.full_parity);
+  take_turn<T>(c);
   start_scores(s, 0);
-  hand_over();
+  hand_over<T>(c);
   wgmma_wait<0>();
   wgmma_pin(s);
-  release(bar.empty_k[0]);
+  release(bar.empty_k[first_pos.slot]);
   to_weights(true, s, 0, alpha);  // o is still zero: nothing to rescale
   pack_weights<TILE_K>(s, p_now);
   // Every wait on a barrier (a loop) comes before a step's first product: ptxas
@@ -455,13 +483,13 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   // the softmax (going_further/README.md, the pitfalls of asynchronous MMA).
   // One step: tile's P V and the scores of tile + 1.
   auto step = [&](bool mask_keys, int tile) {
-    const RingPos<T::STAGES> now(tile), next(tile + 1);
+    const RingPos<T::STAGES> now = ring(tile), next = ring(tile + 1);
     wait_full(bar.full_k[next.slot], next.full_parity);
     wait_full(bar.full_v[now.slot], now.full_parity);
-    take_turn();
+    take_turn<T>(c);
     start_scores(s, tile + 1);
     start_output(tile);
-    hand_over();
+    hand_over<T>(c);
     wgmma_wait<1>();  // the scores of tile + 1 (P V may still run)
     wgmma_pin(s);
     const bool moved = to_weights(mask_keys, s, tile + 1, alpha);
@@ -484,17 +512,57 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   for (; tile + 1 < masked_from; ++tile) step(false, tile);
   for (; tile + 1 < num_tiles; ++tile) step(true, tile);
   {  // the last tile's P V
-    const RingPos<T::STAGES> last(num_tiles - 1);
+    const RingPos<T::STAGES> last = ring(num_tiles - 1);
     wait_full(bar.full_v[last.slot], last.full_parity);
-    take_turn();
+    take_turn<T>(c);
     start_output(num_tiles - 1);
-    hand_over();
+    hand_over<T>(c);
     wgmma_wait<0>();
     wgmma_pin(sm.o);
+    release(bar.empty_v[last.slot]);  // the ring goes on where a program runs another query tile
   }
-  if (c == 0) take_turn();  // the last consumer's last hand-over
   sm.sum_rows();
-  store_rows(row_warp, sm);
+  store_rows(p, pk, slice, qt, row_warp, sm);
+}
+
+// Grid: (query tiles, num_kv_heads, num_requests), as stage 03's. Dynamic shared
+// memory: T::smem_bytes(). maps: a grid constant, so that TMA reads it in place.
+// slice: stage 03's Slice. This stage's forward reads whole contexts
+// (WholeContext); the engine passes others (a request subset, a prefix split),
+// whose key ranges begin at a multiple of TILE_K.
+template <class T, Slice S = stage03::WholeContext, class Producer = TmaProducer>
+__global__ void __launch_bounds__(T::NUM_THREADS, 1)
+    hopper_pipeline_kernel(const __grid_constant__ TmaMaps maps, AttentionParams p, Packing pk, S slice) {
+  static_assert(!after_prior_grid<S>, "the tile starts with its grid: no Slice that waits for an earlier one");
+  const SharedTiles<T> sh = shared_tiles<T>();
+  const int warpgroup = warpgroup_index(), warp = threadIdx.x / 32 % 4;
+
+  QueryTile qt;
+  // The whole program returns: no barrier yet.
+  if (!qt.init<T>(p, pk, slice.query_tile(), request_of(slice)) || !serves(slice, qt.q_len)) return;
+  const KeyRange keys = tile_keys(slice, qt, pk);
+  const int num_tiles = key_tiles<T>(keys);
+  if (num_tiles == 0) {
+    if (warpgroup > 0) store_empty_rows<T>(p, pk, slice, qt, warpgroup - 1);
+    return;
+  }
+
+  if (threadIdx.x == 0) sh.bar->init(Producer::FULL_ARRIVALS);
+  __syncthreads();  // the last barrier of the whole program: from here the roles part
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<T::PRODUCER_REGS>();
+    const KvLookup lookup(p, qt.r, qt.kv_head);
+    if (warp < Producer::WARPS) {
+      Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, sh.k_s, sh.v_s, *sh.bar, 0);
+    }
+    return;  // the copies complete on the consumers' barriers; the consumers outlive them
+  }
+  setmaxnreg_inc<T::CONSUMER_REGS>();
+  const int c = warpgroup - 1;
+  if (c == T::CONSUMERS - 1) hand_over<T>(c);  // consumer 0 goes first
+  consume<T, Producer>(p, pk, slice, qt, keys, num_tiles, sh, c, 0, 0);
+  if (c == 0) take_turn<T>(c);  // the last consumer's last hand-over
 }
 
 // Host. K and V of the pool as [slots][num_kv_heads][head_dim] (a slot's row of
