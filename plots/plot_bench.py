@@ -15,6 +15,12 @@ bench/torch_reference.py measured in the same run) and draws:
                      (08_attention_sinks / 04_split_kv, target <= 1.02) against batch size, and the
                      step times of 04_split_kv, 08_attention_sinks and 08_sinks_window (window 128 +
                      4 sink tokens, which reads 132 positions per request whatever the context)
+  decode_vs_cudnn.png  with --torch: PyTorch's cuDNN SDPA time over each engine backend's and
+                     stage 04's, at 4096- and 32768-token contexts, against batch size (above 1:
+                     faster than cuDNN; issue #31's target is 1 at every size)
+  batches.png        the mixed batch (2 chunks + 30 decodes) and the skewed one (1 x 32768 +
+                     63 x 512) by backend: step time, and each one's fraction of its floor
+                     (08_sinks_window and the windowed backends read fewer bytes: their own floor)
 The bandwidth plots leave out 08_sinks_window: its bytes are a window's, not the context's.
 Titles carry the device and the date of the run.
 
@@ -184,6 +190,74 @@ def plot_sinks(data, title, path):
     return True
 
 
+# The backends decode_vs_cudnn.png compares with PyTorch's cuDNN SDPA: the engine's
+# bf16 paths and the split-KV stage they grew from.
+AGAINST_CUDNN = ("engine", "engine_work_list", "04_split_kv")
+
+
+def plot_against_cudnn(data, title, path):
+    def times(family, backend):
+        return {int(r["fields"]["batch"]): r["ms_median"] for r in data
+                if r["family"] == family and r["backend"] == backend and r.get("ms_median", 0) > 0}
+    panels = [(f, times(f, "torch_cudnn")) for f in ("decode", "long")]
+    panels = [(f, ref) for f, ref in panels if ref]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+    drawn = False
+    for ax, (family, ref) in zip(axes[0], panels):
+        for name in AGAINST_CUDNN:
+            ours = times(family, name)
+            pts = sorted((b, ref[b] / ours[b]) for b in ours if b in ref)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+                drawn = True
+        ax.axhline(1.0, color="black", linewidth=1, label="cuDNN's time (target: at or above)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (requests)")
+        ax.set_ylabel("cuDNN SDPA time / backend time")
+        ax.set_title(("4096" if family == "decode" else "32768") + "-token contexts", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+def plot_batches(data, title, path):
+    panels = []
+    for family, label in (("mixed", "mixed: 2 prefill chunks + 30 decodes"),
+                          ("skewed", "skewed: 1 x 32768 + 63 x 512 decodes")):
+        pts = sorted(((r["ms_median"], r["backend"], r.get("floor_fraction", 0)) for r in data
+                      if r["family"] == family and r.get("ms_median", 0) > 0), reverse=True)
+        if pts:
+            panels.append((label, pts))
+    if not panels:
+        return False
+    height = max(len(pts) for _, pts in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 1.5 + 0.3 * height), squeeze=False)
+    for ax, (label, pts) in zip(axes[0], panels):
+        ys = range(len(pts))
+        ax.barh(ys, [p[0] for p in pts], color=["tab:orange" if p[1].startswith("vendor") else "tab:blue" for p in pts])
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([p[1] for p in pts], fontsize=8)
+        for y, (ms, _, fraction) in zip(ys, pts):
+            ax.text(ms, y, f" {ms:.3g} ms, {fraction:.2f} of floor", va="center", fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("step time (ms, log scale)")
+        ax.set_title(label, fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_xlim(right=max(p[0] for p in pts) * 8)  # room for the labels
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="bench_attention --benchmark_out JSON")
@@ -212,6 +286,11 @@ def main():
         made.append("quantized.png")
     if plot_sinks(data, f"Decode at 4096 tokens: attention sinks ({stamp})", os.path.join(args.out, "sinks.png")):
         made.append("sinks.png")
+    if plot_against_cudnn(data, f"Decode against PyTorch's cuDNN SDPA ({stamp})",
+                          os.path.join(args.out, "decode_vs_cudnn.png")):
+        made.append("decode_vs_cudnn.png")
+    if plot_batches(data, f"Mixed and skewed batches by backend ({stamp})", os.path.join(args.out, "batches.png")):
+        made.append("batches.png")
     if not made:
         print("plot_bench: no plottable benchmarks in the input", file=sys.stderr)
         return 1
