@@ -714,8 +714,11 @@ void write_new_tokens(Problem& p) {
 
 // q_lens: each request's queries per step (1: a decode; more: a prefill chunk,
 // which makes the plan's bounds those of a mixed batch).
+// chunk_programs > 0: the chunks on that many programs of stage 09's tile per
+// KV head (Options::chunk_programs; on the CPU runtime, which emulates the tile).
 void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits,
-                                const std::vector<int>& q_lens = {1, 1, 1, 1}, bool work_list = false) {
+                                const std::vector<int>& q_lens = {1, 1, 1, 1}, bool work_list = false,
+                                int chunk_programs = 0) {
   // The last step's lengths; the earlier steps are shorter by `back` positions,
   // crossing block boundaries (16) and split boundaries on the way.
   // (The work list's items are >= 256 keys: longer contexts, so that they cut into several.)
@@ -727,8 +730,14 @@ void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits,
   DeviceBatch db(full);
   db.set_checked(false);  // a checked launch synchronises: it cannot be captured
   const AttentionParams params = db.params();
-  const engine::Plan pl = engine::plan(params, engine::bounds_of(params.batch),
-                                       engine::Options{.num_splits = num_splits, .work_list = work_list});
+  const engine::Plan pl = engine::plan(
+      params, engine::bounds_of(params.batch),
+      engine::Options{.num_splits = num_splits,
+                      .num_sms = chunk_programs > 0 ? 64 : 0,
+                      .work_list = work_list,
+                      .prefill_tiles = chunk_programs > 0 ? engine::PrefillTiles::hopper : engine::PrefillTiles::automatic,
+                      .chunk_programs = chunk_programs});
+  ASSERT_EQ(pl.chunk_programs, chunk_programs) << pl.describe();
   DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
   cudaStream_t stream;
   PA_CHECK(cudaStreamCreate(&stream));
@@ -831,6 +840,9 @@ TEST(EngineGraph, DecodeStepReplaysAsContextsGrow_WorkList) {
 }
 TEST(EngineGraph, MixedStepReplaysAsContextsGrow_Splits3) {
   expect_graph_replays_match(config(8, 2, 128, 16), 3, {1, 9, 1, 2});
+}
+TEST(EngineGraph, MixedStepReplaysAsContextsGrow_HopperChunks2) {
+  expect_graph_replays_match(config(8, 2, 128, 16), 3, {1, 40, 1, 9}, false, 2);
 }
 TEST(EngineGraph, MixedStepReplaysAsContextsGrow_Group3_D64_Auto) {
   expect_graph_replays_match(config(6, 2, 64, 16), kAuto, {1, 1, 17, 1});
