@@ -97,6 +97,15 @@ if ((!skip_sanitizer)) && command -v compute-sanitizer >/dev/null; then
     compute-sanitizer --tool memcheck --error-exitcode 3 "$t" --gtest_filter='*Milestone_Group*:*Padding*:*Decode*Group*' \
       >> "$out/sanitizer.log" 2>&1 || { status=1; echo "memcheck failed: $t"; }
   done
+  # The engine's own kernels on stage 09's tile: the mixed path's chunk
+  # programs (one ring over many query tiles) and its one-per-tile grid.
+  t=build/gpu/tests/test_engine
+  if [[ -x $t ]] && { [[ -z $tests_regex ]] || [[ test_engine =~ $tests_regex ]]; }; then
+    for tool in memcheck synccheck; do
+      compute-sanitizer --tool $tool --error-exitcode 3 "$t" --gtest_filter='*HopperChunks*:*HopperPrefill_Mixed*' \
+        >> "$out/sanitizer.log" 2>&1 || { status=1; echo "$tool failed: $t"; }
+    done
+  fi
   tail -3 "$out/sanitizer.log"
 fi
 
