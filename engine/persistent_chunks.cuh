@@ -8,8 +8,9 @@
 // the chunks' first wave, so a mixed batch runs its tensor-core work and its
 // memory traffic one after the other. Here the chunks run on
 // chunk_programs x num_kv_heads programs, started together; each walks the
-// batch's query tiles of its KV head and takes every chunk_programs-th one, and
-// lets the decodes' grid start before its first tile. The decodes then stream
+// batch's query tiles of its KV head and takes one of each round of
+// chunk_programs (in snake order), and lets the decodes' grid start before its
+// first tile. The decodes then stream
 // on the other SMs, and on each chunk program's SM once it is done.
 //
 // One program runs its tiles through one ring: the producer's key tiles and
@@ -95,6 +96,14 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   allow_dependent_grid();
 
   ChunkItems<T::ROWS, S> items;
+  // The program's k-th item: round k of the items, in snake order (program j
+  // takes item j of even rounds and item P - 1 - j of odd ones, P programs a
+  // KV head), so that, as a request's tiles come longest first, the program
+  // that takes a round's longest tile takes the next round's shortest.
+  auto item = [&](int k) {
+    const int j = static_cast<int>(blockIdx.x), P = static_cast<int>(gridDim.x);
+    return k * P + (k % 2 == 0 ? j : P - 1 - j);
+  };
   int first = 0;  // the ring position of the next query tile's first key tile
   // Item i's tile, keys and key tiles; false past the last item.
   auto next = [&](int i, QueryTile& qt, KeyRange& keys, int& num_tiles) {
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   if (warpgroup == 0) {
     setmaxnreg_dec<T::PRODUCER_REGS>();
     if (warp >= Producer::WARPS) return;
-    for (int i = blockIdx.x; next(i, qt, keys, num_tiles); i += gridDim.x) {
+    for (int k = 0; next(item(k), qt, keys, num_tiles); ++k) {
       if (num_tiles == 0) continue;
       const KvLookup lookup(p, qt.r, qt.kv_head);
       Producer::template fill<T>(maps, p, pk, lookup, keys, num_tiles, sh.k_s, sh.v_s, *sh.bar, first);
@@ -122,7 +131,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int c = warpgroup - 1;
   uint32_t q_parity = 0;  // q_ready's phase: one a query tile with keys
   if (c == T::CONSUMERS - 1) hand_over<T>(c);  // consumer 0 goes first
-  for (int i = blockIdx.x; next(i, qt, keys, num_tiles); i += gridDim.x) {
+  for (int k = 0; next(item(k), qt, keys, num_tiles); ++k) {
     if (num_tiles == 0) {
       store_empty_rows<T>(p, pk, slice, qt, c);
       continue;

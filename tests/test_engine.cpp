@@ -203,6 +203,7 @@ std::vector<EngineCase> engine_cases() {
   };
   const EngineCase mixed{{"", g4, random_mixed_requests(5, 8, 300), BuildOptions{.seed = 5, .padding_rows = 2}}, 3};
   chunks("Mixed_Splits3", mixed, 1);
+  chunks("Mixed_Splits3", mixed, 3);  // rounds of 3 in snake order
   chunks("Milestone", {{"", g4, milestone_requests()}}, 7);  // more programs than query tiles: most run none
   chunks("Mixed_Splits3", mixed, 2, PrefillCopies::cp_async);
   chunks("Mixed_Group16_D96",
