@@ -204,6 +204,17 @@ std::vector<EngineCase> engine_cases() {
   const EngineCase mixed{{"", g4, random_mixed_requests(5, 8, 300), BuildOptions{.seed = 5, .padding_rows = 2}}, 3};
   chunks("Mixed_Splits3", mixed, 1);
   chunks("Mixed_Splits3", mixed, 3);  // rounds of 3 in snake order
+  {  // 68 requests: the walk reads them 32 a round. Chunks at 0, 31, 62 and 67, decodes between: program 0
+     // of 2 seeks item 3 (request 62) from request 0, through a round that ends on a chunk it has passed.
+    std::vector<RequestShape> many = {{20, 60}};
+    for (int i = 0; i < 30; ++i) many.push_back({1, 50 + 3 * i});
+    many.push_back({50, 100});
+    for (int i = 0; i < 30; ++i) many.push_back({1, 30 + 5 * i});
+    many.push_back({10, 40});
+    for (int i = 0; i < 4; ++i) many.push_back({i == 1 ? 0 : 1, 20 + i});
+    many.push_back({70, 70});
+    chunks("Mixed_68Requests", {{"", g4, many, BuildOptions{.seed = 9, .padding_rows = 1}}}, 2);
+  }
   chunks("Milestone", {{"", g4, milestone_requests()}}, 7);  // more programs than query tiles: most run none
   chunks("Mixed_Splits3", mixed, 2, PrefillCopies::cp_async);
   chunks("Mixed_Group16_D96",
