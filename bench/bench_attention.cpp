@@ -59,7 +59,6 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -67,7 +66,6 @@
 
 #include "common/device_batch.h"
 #include "common/problem.h"
-#include "engine/engine.h"
 #include "probe.h"
 #include "timed_steps.h"
 #include "registry.h"
@@ -91,38 +89,6 @@ double plain_read_ms_for(size_t bytes, bench::L2Flush& flush) {
   auto it = cache.find(bytes);
   if (it == cache.end()) it = cache.emplace(bytes, bench::plain_read_ms(bytes, kGpu ? 20 : 1, flush)).first;
   return it->second;
-}
-
-// The mixed batch with the engine's chunks on n programs of stage 09's tile per
-// KV head (engine::Options::chunk_programs): on an sm_90 GPU, for the counts
-// its SMs hold beside the batch's KV heads.
-const std::vector<Backend>& chunk_program_sweep() {
-  static const std::vector<Backend> sweep = [] {
-    std::vector<Backend> out;
-    for (const int n : {4, 6, 8, 10, 11, 12, 13, 14, 16}) {
-      auto unsupported = [n](const Problem& p) -> std::string {
-        if (!kGpu) return "the chunk programs are swept on a GPU only";
-        int device = 0, major = 0, minor = 0, sms = 0;
-        PA_CHECK(cudaGetDevice(&device));
-        PA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-        PA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-        PA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        if (major != 9 || minor != 0) return "stage 09's tile needs an sm_90 GPU";
-        if (n * p.cfg.num_kv_heads > sms) return "more programs than the device's SMs";
-        return {};
-      };
-      auto prepare = [n](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) -> Backend::Step {
-        const AttentionParams params = db.params();
-        const engine::Options options{.prefill_tiles = engine::PrefillTiles::hopper, .chunk_programs = n};
-        auto plan = std::make_shared<engine::Plan>(engine::plan(params, engine::bounds_of(params.batch), options));
-        auto workspace = std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes);
-        return [plan, workspace, params] { engine::run(*plan, params, workspace->data(), plan->workspace_bytes); };
-      };
-      out.push_back(Backend{"engine_chunks_" + std::to_string(n), unsupported, nullptr, nullptr, prepare});
-    }
-    return out;
-  }();
-  return sweep;
 }
 
 struct BenchCase {
@@ -366,7 +332,7 @@ int main(int argc, char** argv) {
             ->Iterations(c.iterations);
       }
       if (c.family != "mixed" || !kGpu) continue;
-      for (const Backend& b : chunk_program_sweep()) {
+      for (const Backend& b : bench::chunk_program_sweep()) {
         benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
                                      [&b, c](benchmark::State& st) { run_case(st, b, c); })
             ->UseManualTime()

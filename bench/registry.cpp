@@ -51,9 +51,8 @@ Backend::Step engine_graph_step(DeviceBatch& db) {
   params.checked = false;
   cudaStream_t stream = nullptr;
   PA_CHECK(cudaStreamCreate(&stream));
-  auto owned_stream = std::shared_ptr<std::remove_pointer_t<cudaStream_t>>(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
-  engine::run(*plan, params, workspace->data(), plan->workspace_bytes, stream);
-  PA_CHECK(cudaStreamSynchronize(stream));
+  auto owned_stream =
+      std::shared_ptr<std::remove_pointer_t<cudaStream_t>>(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
   cudaGraph_t graph = nullptr;
   PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   engine::run(*plan, params, workspace->data(), plan->workspace_bytes, stream);
@@ -62,7 +61,8 @@ Backend::Step engine_graph_step(DeviceBatch& db) {
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   PA_CHECK(made);
-  auto owned_exec = std::shared_ptr<std::remove_pointer_t<cudaGraphExec_t>>(exec, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); });
+  auto owned_exec = std::shared_ptr<std::remove_pointer_t<cudaGraphExec_t>>(
+      exec, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); });
   return [plan, workspace, owned_stream, owned_exec] {
     PA_CHECK(cudaGraphLaunch(owned_exec.get(), owned_stream.get()));
   };
@@ -87,6 +87,29 @@ std::string cp_async_serves(const Problem& p) {
   return {};
 }
 }  // namespace
+
+const std::vector<Backend>& chunk_program_sweep() {
+  static const std::vector<Backend> sweep = [] {
+    std::vector<Backend> out;
+    for (const int n : {4, 6, 8, 10, 11, 12, 13, 14, 16}) {
+      auto unsupported = [n](const Problem& p) -> std::string {
+        if (std::string why = cp_async_serves(p); !why.empty()) return why;
+        int device = 0, sms = 0;
+        PA_CHECK(cudaGetDevice(&device));
+        PA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        if (n * p.cfg.num_kv_heads > sms) return "more programs than the device's SMs";
+        return {};
+      };
+      out.push_back({"engine_chunks_" + std::to_string(n), unsupported, nullptr, nullptr,
+                     [n](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+                       return engine_step(
+                           db, engine::Options{.prefill_tiles = engine::PrefillTiles::hopper, .chunk_programs = n});
+                     }});
+    }
+    return out;
+  }();
+  return sweep;
+}
 
 const std::vector<Backend>& backends() {
   static stage01::Workspace ws01;

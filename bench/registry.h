@@ -38,6 +38,12 @@ struct Backend {
 
 const std::vector<Backend>& backends();
 
+// bench_attention's mixed batch with the engine's chunks on n programs of stage
+// 09's tile per KV head (engine::Options::chunk_programs), backends
+// engine_chunks_n: the sweep its default is to come from. Not in backends():
+// an sm_90 GPU's timing question, not a conformance one.
+const std::vector<Backend>& chunk_program_sweep();
+
 // The step to time for backend b on this batch: b.prepare's planned step, or
 // b.forward. `groups` are the batch's shared prefixes (share_prefixes), empty
 // when it has none; only planned backends read them.

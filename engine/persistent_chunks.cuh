@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
     first += num_tiles;
     q_parity ^= 1u;
   }
-  if (c == 0) take_turn<T>(c);  // the last consumer's last hand-over
+  if (c == 0) take_turn(c);  // the last consumer's last hand-over
 }
 
 // Host: the chunks of p's batch that slice serves, on programs x num_kv_heads programs.

@@ -367,7 +367,6 @@ __device__ __forceinline__ void store_empty_rows(const AttentionParams& p, const
 // waiting on it and its predecessor's 128 arriving. Consumer 0's first turn is
 // handed over before the first tile, by the last consumer, and consumer 0 takes
 // one more turn after its last products, so that no arrival is left over.
-template <class T>
 __device__ __forceinline__ void take_turn(int c) {
   named_barrier_sync(TURN_BARRIER + c, 256);
 }
@@ -486,7 +485,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const Packing&
 
   const RingPos<T::STAGES> first_pos = ring(0);
   wait_full(bar.full_k[first_pos.slot], first_pos.full_parity);
-  take_turn<T>(c);
+  take_turn(c);
   start_scores(s, 0);
   hand_over<T>(c);
   wgmma_wait<0>();
@@ -503,7 +502,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const Packing&
     const RingPos<T::STAGES> now = ring(tile), next = ring(tile + 1);
     wait_full(bar.full_k[next.slot], next.full_parity);
     wait_full(bar.full_v[now.slot], now.full_parity);
-    take_turn<T>(c);
+    take_turn(c);
     start_scores(s, tile + 1);
     start_output(tile);
     hand_over<T>(c);
@@ -534,7 +533,7 @@ __device__ __forceinline__ void consume(const AttentionParams& p, const Packing&
   {  // the last tile's P V
     const RingPos<T::STAGES> last = ring(num_tiles - 1);
     wait_full(bar.full_v[last.slot], last.full_parity);
-    take_turn<T>(c);
+    take_turn(c);
     start_output(num_tiles - 1);
     hand_over<T>(c);
     wgmma_wait<0>();
@@ -582,7 +581,7 @@ __global__ void __launch_bounds__(T::NUM_THREADS, 1)
   const int c = warpgroup - 1;
   if (c == T::CONSUMERS - 1) hand_over<T>(c);  // consumer 0 goes first
   consume<T, Producer>(p, pk, slice, qt, keys, num_tiles, sh, c, 0, 0);
-  if (c == 0) take_turn<T>(c);  // the last consumer's last hand-over
+  if (c == 0) take_turn(c);  // the last consumer's last hand-over
 }
 
 // Host. K and V of the pool as [slots][num_kv_heads][head_dim] (a slot's row of
