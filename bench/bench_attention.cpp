@@ -10,6 +10,9 @@
 //   mixed    2 prefill chunks + 30 decodes; also the engine with its chunks on n programs of
 //            stage 09's tile per KV head (engine::Options::chunk_programs, backends
 //            engine_chunks_n, an sm_90 GPU only): the sweep its default is to come from
+//   mixed_shapes  the chunk-program sweep in two other balances of tensor-core work and
+//            reads (engine and engine_chunks_n only, an sm_90 GPU only): one 512-token chunk at
+//            context 4096 beside 62 decodes of 4096 tokens, and 4 such chunks beside 12
 //   skewed   1 decode of 32768 tokens beside 63 of 512
 //   prefill  one causal prompt of 4096 or 16384 tokens; at 4096 also in two
 //            other shapes (model:g16-d64: 64 q / 4 kv heads, D 64; model:g16-d256:
@@ -137,6 +140,17 @@ std::vector<BenchCase> cases() {
                    decode_requests(b, long_ctx), kGpu ? 10 : 1, window_4096, /*windowed_only=*/true});
   const int s = kGpu ? 1 : 32;
   out.push_back({"mixed", "chunks:2/decodes:30", mixed_chunks_and_decodes(s), kGpu ? 10 : 1});
+  // The same sweep where the chunks' share of the step is smaller and larger:
+  // where its minimum lies must follow that share for a default to exist.
+  if (kGpu) {
+    for (const auto& [chunks, decodes] : {std::pair{1, 62}, std::pair{4, 12}}) {
+      std::vector<RequestShape> batch(chunks, RequestShape{512, 4096});
+      for (int i = 0; i < decodes; ++i) batch.push_back({1, 4096});
+      out.push_back({"mixed_shapes",
+                     "chunks:" + std::to_string(chunks) + "x512/decodes:" + std::to_string(decodes) + "/ctx:4096",
+                     batch, 10, nullptr, false, {"engine"}});
+    }
+  }
   // One long context beside many short ones: a grid shaped by the batch (one
   // split count for every request) idles while the long one finishes.
   {
@@ -331,7 +345,7 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMillisecond)
             ->Iterations(c.iterations);
       }
-      if (c.family != "mixed" || !kGpu) continue;
+      if ((c.family != "mixed" && c.family != "mixed_shapes") || !kGpu) continue;
       for (const Backend& b : bench::chunk_program_sweep()) {
         benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
                                      [&b, c](benchmark::State& st) { run_case(st, b, c); })
