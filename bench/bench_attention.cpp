@@ -9,9 +9,10 @@
 //            (08_sinks_window keeps its 4 sink tokens and learned sinks)
 //   mixed    2 prefill chunks + 30 decodes; also the engine with its chunks on n programs of
 //            stage 09's tile per KV head (engine::Options::chunk_programs, backends
-//            engine_chunks_n, an sm_90 GPU only): the sweep its default is to come from
+//            engine_chunks_n, an sm_90 GPU only) and on one program per query tile
+//            (engine_tile_grid): the sweep the plan's own count is checked against
 //   mixed_shapes  the chunk-program sweep in two other balances of tensor-core work and
-//            reads (engine and engine_chunks_n only, an sm_90 GPU only): one 512-token chunk at
+//            reads (engine, engine_tile_grid and engine_chunks_n only, an sm_90 GPU only): one 512-token chunk at
 //            context 4096 beside 62 decodes of 4096 tokens, and 4 such chunks beside 12
 //   skewed   1 decode of 32768 tokens beside 63 of 512
 //   prefill  one causal prompt of 4096 or 16384 tokens; at 4096 also in two
@@ -346,9 +347,11 @@ int main(int argc, char** argv) {
             ->Iterations(c.iterations);
       }
       if ((c.family != "mixed" && c.family != "mixed_shapes") || !kGpu) continue;
+      BenchCase swept = c;
+      swept.only.clear();  // `only` names the case's backends of backends(); the sweep's are its own
       for (const Backend& b : bench::chunk_program_sweep()) {
         benchmark::RegisterBenchmark((c.family + "/" + b.name + "/" + c.label).c_str(),
-                                     [&b, c](benchmark::State& st) { run_case(st, b, c); })
+                                     [&b, swept](benchmark::State& st) { run_case(st, b, swept); })
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond)
             ->Iterations(c.iterations);

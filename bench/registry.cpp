@@ -91,7 +91,9 @@ std::string cp_async_serves(const Problem& p) {
 const std::vector<Backend>& chunk_program_sweep() {
   static const std::vector<Backend> sweep = [] {
     std::vector<Backend> out;
-    for (const int n : {4, 6, 8, 10, 11, 12, 13, 14, 16}) {
+    // n = -1: stage 09's grid, one program per query tile (the default before
+    // the plan chose a count; `engine` is the plan's own count).
+    for (const int n : {engine::Options::one_program_per_tile, 4, 6, 8, 10, 11, 12, 13, 14, 16}) {
       auto unsupported = [n](const Problem& p) -> std::string {
         if (std::string why = cp_async_serves(p); !why.empty()) return why;
         int device = 0, sms = 0;
@@ -100,7 +102,7 @@ const std::vector<Backend>& chunk_program_sweep() {
         if (n * p.cfg.num_kv_heads > sms) return "more programs than the device's SMs";
         return {};
       };
-      out.push_back({"engine_chunks_" + std::to_string(n), unsupported, nullptr, nullptr,
+      out.push_back({n > 0 ? "engine_chunks_" + std::to_string(n) : "engine_tile_grid", unsupported, nullptr, nullptr,
                      [n](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
                        return engine_step(
                            db, engine::Options{.prefill_tiles = engine::PrefillTiles::hopper, .chunk_programs = n});
@@ -172,6 +174,19 @@ const std::vector<Backend>& backends() {
        }},
       // The same over a window's keys (bench_attention's window rows).
       {"engine_work_list_window", work_list_serves, nullptr, [](AttentionConfig& c) { c.window = kBenchWindow; },
+       [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
+         return engine_step(db, engine::Options{.work_list = true});
+       }},
+      // And with sink tokens beside the window (learned sinks too, as
+      // engine_sinks_window): their item is one more of the list, where the
+      // split plan gives them a split of their own (issue #31: at most 1.1x
+      // the window alone, bench_attention's window rows).
+      {"engine_work_list_sinks_window", work_list_serves, nullptr,
+       [](AttentionConfig& c) {
+         c.with_sinks = true;
+         c.window = kSinkWindow;
+         c.sink_tokens = kSinkTokens;
+       },
        [](const Problem&, DeviceBatch& db, const std::vector<PrefixGroup>&) {
          return engine_step(db, engine::Options{.work_list = true});
        }},

@@ -40,7 +40,8 @@ const std::vector<Backend>& backends();
 
 // bench_attention's mixed batch with the engine's chunks on n programs of stage
 // 09's tile per KV head (engine::Options::chunk_programs), backends
-// engine_chunks_n: the sweep its default is to come from. Not in backends():
+// engine_chunks_n, and on one program per query tile (engine_tile_grid): the
+// sweep the plan's own count (backend engine) is checked against. Not in backends():
 // an sm_90 GPU's timing question, not a conformance one.
 const std::vector<Backend>& chunk_program_sweep();
 

@@ -102,7 +102,7 @@ if ((!skip_sanitizer)) && command -v compute-sanitizer >/dev/null; then
   t=build/gpu/tests/test_engine
   if [[ -x $t ]] && { [[ -z $tests_regex ]] || [[ test_engine =~ $tests_regex ]]; }; then
     for tool in memcheck synccheck; do
-      compute-sanitizer --tool $tool --error-exitcode 3 "$t" --gtest_filter='*HopperChunks*:*HopperPrefill_Mixed*' \
+      compute-sanitizer --tool $tool --error-exitcode 3 "$t" --gtest_filter='*HopperChunks*:*HopperBalanced*:*HopperPrefill_Mixed*' \
         >> "$out/sanitizer.log" 2>&1 || { status=1; echo "$tool failed: $t"; }
     done
   fi

@@ -97,9 +97,12 @@ struct Options {
   // Mixed batches whose chunks run on stage 09's tile: n > 0 runs the chunks'
   // query tiles on n programs per KV head, each several, so that the decodes
   // start beside them on the SMs they leave (engine/persistent_chunks.cuh); n
-  // x num_kv_heads must not exceed the SMs (one program per SM). 0: one program
-  // per query tile (stage 09's grid; the decodes start after its first wave).
-  // Not yet the default: it has not been timed on a GPU (notes/engine.md).
+  // x num_kv_heads must not exceed the SMs (one program per SM). 0: the plan
+  // chooses n from the bounds, giving the chunks the share of the SMs at which
+  // they and the decodes finish together (bounds without decodes: one program
+  // per query tile). one_program_per_tile: stage 09's grid, one program per
+  // query tile (the decodes start after its first wave).
+  static constexpr int one_program_per_tile = -1;
   int chunk_programs = 0;
 };
 
@@ -123,7 +126,7 @@ struct Plan {
   bool hopper_prefill = false;  // prefill query tiles on stage 09's tile (Options::prefill_tiles), not stage 03's
   bool cp_async_copies = false;  // stage 09's tile filled by cp.async, not TMA (Options::prefill_copies)
   int chunk_programs = 0;        // mixed path on stage 09's tile: programs per KV head over the chunks' query
-                                 //   tiles (Options::chunk_programs); 0: one per query tile
+                                 //   tiles (Options::chunk_programs, or the plan's count); 0: one per query tile
   size_t part_o_floats = 0;    // partial outputs in the workspace: [num_splits, rows, Hq, D] (work list: rows 1)
   size_t part_lse_floats = 0;  // their lse: [num_splits, rows, Hq]
   size_t workspace_bytes = 0;  // what run() needs; 0 = no workspace

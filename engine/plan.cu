@@ -48,6 +48,33 @@ AttentionParams bounded(const AttentionParams& p_in, const Bounds& b) {
   return p;
 }
 
+// The mixed path's chunk programs per KV head when Options leaves the count to
+// the plan. A chunk program fills its SM, so an SM either computes chunk tiles
+// or reads decode keys, and the step ends when the slower side does: give the
+// chunks the share f of the SMs at which both sides take as long. Per key
+// position, a chunk row costs head_dim x 4 FLOP per query head and a decode
+// reads head_dim x 4 bytes per KV head (bf16 K and V), so with G query heads
+// per KV head the chunks' work over the decodes' is r = (rows x G / decodes) /
+// kappa, where kappa is what an SM does of chunk FLOPs per byte a reading SM
+// streams, and f = r / (1 + r). The bounds say how many rows are not the first
+// of their request (num_tokens - num_requests, padding rows included), each
+// chunk has at most max_query_len of them, and the rest of the requests are
+// decodes. Bounds with no decodes keep one program per query tile.
+int balanced_chunk_programs(const Bounds& b, int group, int num_kv_heads, int sms) {
+  // Fitted on the H100 (notes/engine.md, 2026-12-07): the mixed batch's
+  // fastest count (10 per KV head, two runs) lies at kappa 78-100.
+  constexpr double kappa = 88.0;
+  const long long extra_rows = static_cast<long long>(b.num_tokens) - b.num_requests;
+  if (b.max_query_len <= 1 || extra_rows <= 0) return 0;
+  const long long chunks = (extra_rows + b.max_query_len - 2) / (b.max_query_len - 1);
+  const long long decodes = b.num_requests - chunks;
+  const int most = sms / num_kv_heads;
+  if (decodes <= 0 || most < 1) return 0;
+  const double r = static_cast<double>(extra_rows + chunks) * group / decodes / kappa;
+  const int n = static_cast<int>(r / (1.0 + r) * sms / num_kv_heads + 0.5);
+  return std::clamp(n, 1, most);
+}
+
 // A tuned table serves only the layer shape it was measured on.
 void check_table_shape(const TunedTable& t, const AttentionParams& p) {
   const TunedShape& s = t.shape();
@@ -246,17 +273,23 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
              "engine::plan: Options::prefill_copies = cp_async fills stage 09's ring; "
              "prefill_tiles = mma_sync runs no stage 09 tile (choose automatic or hopper)");
   pl.cp_async_copies = pl.hopper_prefill && options.prefill_copies == PrefillCopies::cp_async;
-  PA_REQUIRE(options.chunk_programs >= 0,
+  PA_REQUIRE(options.chunk_programs >= Options::one_program_per_tile,
              "engine::plan: Options::chunk_programs " + str(options.chunk_programs) +
-                 " is negative (0: one program per query tile, n > 0: n programs per KV head)");
+                 " is below -1 (0: the plan's count, n > 0: n programs per KV head, -1: one program per query tile)");
   PA_REQUIRE(options.chunk_programs * p.kv.num_kv_heads <= num_sms(),
              "engine::plan: Options::chunk_programs " + str(options.chunk_programs) + " x " +
                  str(p.kv.num_kv_heads) + " KV heads is more programs than the device's " + str(num_sms()) +
                  " SMs hold at once (one program of stage 09's tile per SM)");
-  PA_REQUIRE(options.chunk_programs == 0 || options.prefill_tiles != PrefillTiles::mma_sync,
+  PA_REQUIRE(options.chunk_programs <= 0 || options.prefill_tiles != PrefillTiles::mma_sync,
              "engine::plan: Options::chunk_programs sets stage 09's chunk programs; "
              "prefill_tiles = mma_sync runs no stage 09 tile (choose automatic or hopper)");
-  if (pl.hopper_prefill && pl.path == Path::mixed) pl.chunk_programs = options.chunk_programs;
+  if (pl.hopper_prefill && pl.path == Path::mixed) {
+    pl.chunk_programs = options.chunk_programs > 0 ? options.chunk_programs
+                        : options.chunk_programs == 0
+                            ? balanced_chunk_programs(b, p.num_q_heads / p.kv.num_kv_heads, p.kv.num_kv_heads,
+                                                      num_sms())
+                            : 0;
+  }
   const bool partials =
       pl.path == Path::invariant || pl.path == Path::mixed || pl.path == Path::work_list || pl.num_splits > 1;
   if (partials) {

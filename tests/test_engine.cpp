@@ -38,7 +38,7 @@ struct EngineCase {
   int num_sms = 0;         // Options::num_sms (0: the device's)
   engine::PrefillTiles prefill = engine::PrefillTiles::automatic;  // Options::prefill_tiles
   engine::PrefillCopies copies = engine::PrefillCopies::tma;        // Options::prefill_copies
-  int chunk_programs = 0;  // Options::chunk_programs (0: the engine's rule)
+  int chunk_programs = 0;  // Options::chunk_programs (0: the plan's count from the bounds)
 };
 
 std::string prefill_name(engine::PrefillTiles t, engine::PrefillCopies copies) {
@@ -173,6 +173,8 @@ std::vector<EngineCase> engine_cases() {
       e.c.name = n + e.c.name;
       e.prefill = t;
       e.copies = copies;
+      // Stage 09's own grid, one program per query tile (the chunk programs have cases of their own below).
+      if (t == PrefillTiles::hopper) e.chunk_programs = engine::Options::one_program_per_tile;
       cases.push_back(std::move(e));
     };
     add({{"Milestone", g4, milestone_requests()}});
@@ -224,6 +226,14 @@ std::vector<EngineCase> engine_cases() {
            BuildOptions{.seed = 11, .padding_rows = 1}}},
          2);
   chunks("Mixed_Group2_D256_Block64", {{"", config(4, 2, 256, 64), {{150, 300}, {1, 129}, {40, 80}, {1, 64}}}}, 1);
+  {  // The count the plan chooses (Options::chunk_programs 0) on 64 SMs.
+    EngineCase e{{"Bf16_HopperBalanced_Mixed_Splits3", g4, random_mixed_requests(5, 8, 300),
+                  BuildOptions{.seed = 5, .padding_rows = 2}},
+                 3};
+    e.prefill = PrefillTiles::hopper;
+    e.num_sms = 64;
+    cases.push_back(std::move(e));
+  }
   return cases;
 }
 
@@ -594,15 +604,19 @@ TEST(EnginePlan, ChoosesThePrefillTile) {
   expect_error([&] { engine::plan(dq.params(), b, {.prefill_tiles = PrefillTiles::hopper}); }, refusal);
 }
 
-// The mixed path runs its chunks on stage 09's grid, one program per query
-// tile, unless asked for a few programs per KV head; counts a device cannot
-// hold at once, negative ones, or ones beside stage 03's tile are refused.
-TEST(EnginePlan, RunsTheMixedChunksOnAFewProgramsPerKvHeadWhenAsked) {
+// The mixed path runs its chunks on a few programs of stage 09's tile per KV
+// head: as many as asked, or, left to the plan, the share of the SMs at which
+// the chunks and the decodes finish together; one program per query tile when
+// asked, or when the bounds hold no decode. Counts a device cannot hold at
+// once, ones below -1, or ones beside stage 03's tile are refused.
+TEST(EnginePlan, RunsTheMixedChunksOnAFewProgramsPerKvHead) {
   using engine::PrefillTiles;
   const Problem p = make_problem(config(8, 2, 128, 16), milestone_requests());
   DeviceBatch db(p);
   const engine::Bounds b = engine::bounds_of(db.params().batch);
-  const engine::Plan grid = engine::plan(db.params(), b, {.num_sms = 40, .prefill_tiles = PrefillTiles::hopper});
+  const engine::Plan grid = engine::plan(
+      db.params(), b,
+      {.num_sms = 40, .prefill_tiles = PrefillTiles::hopper, .chunk_programs = engine::Options::one_program_per_tile});
   ASSERT_EQ(grid.path, engine::Path::mixed) << grid.describe();
   EXPECT_EQ(grid.chunk_programs, 0) << grid.describe();
   const engine::Plan asked =
@@ -619,8 +633,8 @@ TEST(EnginePlan, RunsTheMixedChunksOnAFewProgramsPerKvHeadWhenAsked) {
                 .chunk_programs,
             0)
       << "a decode batch has no chunks";
-  expect_error([&] { engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::hopper, .chunk_programs = -1}); },
-               "chunk_programs -1 is negative");
+  expect_error([&] { engine::plan(db.params(), b, {.prefill_tiles = PrefillTiles::hopper, .chunk_programs = -2}); },
+               "chunk_programs -2 is below -1");
   expect_error(
       [&] {
         engine::plan(db.params(), b, {.num_sms = 8, .prefill_tiles = PrefillTiles::hopper, .chunk_programs = 5});
@@ -631,6 +645,37 @@ TEST(EnginePlan, RunsTheMixedChunksOnAFewProgramsPerKvHeadWhenAsked) {
         engine::plan(db.params(), b, {.num_sms = 40, .prefill_tiles = PrefillTiles::mma_sync, .chunk_programs = 2});
       },
       "prefill_tiles = mma_sync runs no stage 09 tile");
+}
+
+// Left to the plan (Options::chunk_programs 0), the count follows the share of
+// the step that is tensor-core work. Qwen3-8B's shape (group 4, 8 KV heads) on
+// 132 SMs: the chunks' rows x 4 / the decodes / 88 is their work over the
+// decodes' (r), and they get r / (1 + r) of the SMs. Only the bounds count:
+// the plan is made once for them and replayed as the contexts grow.
+TEST(EnginePlan, BalancesTheChunkProgramsAgainstTheDecodes) {
+  using engine::PrefillTiles;
+  const Problem p = make_problem(config(32, 8, 128, 16), {{8, 40}, {1, 20}});
+  DeviceBatch db(p);
+  auto count = [&](engine::Bounds b, int sms = 132) {
+    return engine::plan(db.params(), b, {.num_sms = sms, .prefill_tiles = PrefillTiles::hopper}).chunk_programs;
+  };
+  // bench_attention's mixed batch: 2 chunks of 512 rows + 30 decodes. r = 1024 x 4 / 30 / 88 = 1.55, so
+  // 0.61 of 132 SMs: 10 per KV head, the sweep's fastest on the H100.
+  EXPECT_EQ(count({.num_requests = 32, .num_tokens = 1054, .max_query_len = 512, .max_seq_len = 4736}), 10);
+  // One chunk beside 62 decodes: r = 0.375, 0.27 of the SMs, 4.5 -> 5 per KV head.
+  EXPECT_EQ(count({.num_requests = 63, .num_tokens = 574, .max_query_len = 512, .max_seq_len = 4096}), 5);
+  // Four chunks beside 12 decodes: r = 7.8, 0.89 of the SMs: 15 per KV head (16 is all 128 the SMs allow).
+  EXPECT_EQ(count({.num_requests = 16, .num_tokens = 2060, .max_query_len = 512, .max_seq_len = 4096}), 15);
+  // Padding rows count as chunk rows (the bounds cannot tell them apart): 2 x 512 rows + 30 decodes + 200
+  // padding rows read as 3 chunks beside 29 decodes.
+  EXPECT_EQ(count({.num_requests = 32, .num_tokens = 1254, .max_query_len = 512, .max_seq_len = 4736}), 11);
+  // 8 chunks beside one decode: never more programs than the SMs hold.
+  EXPECT_EQ(count({.num_requests = 9, .num_tokens = 4097, .max_query_len = 512, .max_seq_len = 4096}), 16);
+  // A device of fewer SMs than KV heads, and bounds with no decode: one program per query tile.
+  EXPECT_EQ(count({.num_requests = 32, .num_tokens = 1054, .max_query_len = 512, .max_seq_len = 4736}, 6), 0);
+  EXPECT_EQ(count({.num_requests = 2, .num_tokens = 1024, .max_query_len = 512, .max_seq_len = 4096}), 0);
+  // Many decodes beside a short chunk: at least one program per KV head.
+  EXPECT_EQ(count({.num_requests = 257, .num_tokens = 272, .max_query_len = 16, .max_seq_len = 4096}), 1);
 }
 
 // Options::prefill_copies fills stage 09's ring where a plan runs it; asked
@@ -749,7 +794,7 @@ void expect_graph_replays_match(const AttentionConfig& cfg, int num_splits,
                       .work_list = work_list,
                       .prefill_tiles = chunk_programs > 0 ? engine::PrefillTiles::hopper : engine::PrefillTiles::automatic,
                       .chunk_programs = chunk_programs});
-  ASSERT_EQ(pl.chunk_programs, chunk_programs) << pl.describe();
+  if (chunk_programs > 0) ASSERT_EQ(pl.chunk_programs, chunk_programs) << pl.describe();
   DeviceBuffer<unsigned char> ws(pl.workspace_bytes);
   cudaStream_t stream;
   PA_CHECK(cudaStreamCreate(&stream));
