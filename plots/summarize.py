@@ -28,6 +28,7 @@ HEADLINE = [
     ("window", "batch:4/ctx:32768/window:4096"),
     ("window", "batch:64/ctx:32768/window:4096"),
     ("mixed", "chunks:2/decodes:30"),
+    ("mixed_shapes", None),  # the chunk-program sweep beside 62 and beside 12 decodes (sm_90 GPUs)
     ("prefill", "batch:1/len:4096"),
     ("prefill", "batch:1/len:16384"),
     ("prefill", "batch:1/len:4096/model:g16-d64"),    # stage 09's shapes: GQA group 16 at head_dim 64
