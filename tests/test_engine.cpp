@@ -664,7 +664,7 @@ TEST(EnginePlan, BalancesTheChunkProgramsAgainstTheDecodes) {
   EXPECT_EQ(count({.num_requests = 32, .num_tokens = 1054, .max_query_len = 512, .max_seq_len = 4736}), 10);
   // One chunk beside 62 decodes: r = 0.375, 0.27 of the SMs, 4.5 -> 5 per KV head.
   EXPECT_EQ(count({.num_requests = 63, .num_tokens = 574, .max_query_len = 512, .max_seq_len = 4096}), 5);
-  // Four chunks beside 12 decodes: r = 7.8, 0.89 of the SMs: 15 per KV head (16 is all 128 the SMs allow).
+  // Four chunks beside 12 decodes: r = 7.8, 0.89 of the SMs: 15 per KV head (at most 16: 16 x 8 of 132 SMs).
   EXPECT_EQ(count({.num_requests = 16, .num_tokens = 2060, .max_query_len = 512, .max_seq_len = 4096}), 15);
   // Padding rows count as chunk rows (the bounds cannot tell them apart): 2 x 512 rows + 30 decodes + 200
   // padding rows read as 3 chunks beside 29 decodes.
