@@ -62,7 +62,7 @@ AttentionParams bounded(const AttentionParams& p_in, const Bounds& b) {
 // decodes. Bounds with no decodes keep one program per query tile.
 int balanced_chunk_programs(const Bounds& b, int group, int num_kv_heads, int sms) {
   // Fitted on the H100 (notes/engine.md, 2026-12-07): the mixed batch's
-  // fastest count (10 per KV head, two runs) lies at kappa 78-100.
+  // fastest count (10 per KV head, three runs) lies at kappa 78-100.
   constexpr double kappa = 88.0;
   const long long extra_rows = static_cast<long long>(b.num_tokens) - b.num_requests;
   if (b.max_query_len <= 1 || extra_rows <= 0) return 0;
