@@ -26,11 +26,20 @@ std::string decode_only(const Problem& p) {
 
 // The engine as a serving loop runs it: plan once for the batch's shape and
 // allocate the workspace (outside the timed region), then one run per step.
+struct Planned {
+  std::shared_ptr<engine::Plan> plan;
+  std::shared_ptr<DeviceBuffer<unsigned char>> workspace;
+  void run(const AttentionParams& params, cudaStream_t stream = nullptr) const {
+    engine::run(*plan, params, workspace->data(), plan->workspace_bytes, stream);
+  }
+};
+Planned plan_for(const AttentionParams& params, const engine::Options& options = {}) {
+  auto plan = std::make_shared<engine::Plan>(engine::plan(params, engine::bounds_of(params.batch), options));
+  return {plan, std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes)};
+}
 Backend::Step engine_step(DeviceBatch& db, const engine::Options& options = {}) {
   const AttentionParams params = db.params();
-  auto plan = std::make_shared<engine::Plan>(engine::plan(params, engine::bounds_of(params.batch), options));
-  auto workspace = std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes);
-  return [plan, workspace, params] { engine::run(*plan, params, workspace->data(), plan->workspace_bytes); };
+  return [planned = plan_for(params, options), params] { planned.run(params); };
 }
 Backend engine_backend(std::string name, std::function<void(AttentionConfig&)> configure = nullptr) {
   return Backend{std::move(name), always, nullptr, std::move(configure),
@@ -45,9 +54,8 @@ Backend engine_backend(std::string name, std::function<void(AttentionConfig&)> c
 // the timing's default-stream events order around it.
 Backend::Step engine_graph_step(DeviceBatch& db) {
   AttentionParams params = db.params();
-  auto plan = std::make_shared<engine::Plan>(engine::plan(params, engine::bounds_of(params.batch)));
-  auto workspace = std::make_shared<DeviceBuffer<unsigned char>>(plan->workspace_bytes);
-  engine::run(*plan, params, workspace->data(), plan->workspace_bytes);
+  const Planned planned = plan_for(params);
+  planned.run(params);
   params.checked = false;
   cudaStream_t stream = nullptr;
   PA_CHECK(cudaStreamCreate(&stream));
@@ -55,7 +63,7 @@ Backend::Step engine_graph_step(DeviceBatch& db) {
       std::shared_ptr<std::remove_pointer_t<cudaStream_t>>(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
   cudaGraph_t graph = nullptr;
   PA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  engine::run(*plan, params, workspace->data(), plan->workspace_bytes, stream);
+  planned.run(params, stream);
   PA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
@@ -63,7 +71,7 @@ Backend::Step engine_graph_step(DeviceBatch& db) {
   PA_CHECK(made);
   auto owned_exec = std::shared_ptr<std::remove_pointer_t<cudaGraphExec_t>>(
       exec, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); });
-  return [plan, workspace, owned_stream, owned_exec] {
+  return [planned, owned_stream, owned_exec] {
     PA_CHECK(cudaGraphLaunch(owned_exec.get(), owned_stream.get()));
   };
 }

@@ -284,11 +284,11 @@ Plan plan(const AttentionParams& p_in, const Bounds& b, const Options& options) 
              "engine::plan: Options::chunk_programs sets stage 09's chunk programs; "
              "prefill_tiles = mma_sync runs no stage 09 tile (choose automatic or hopper)");
   if (pl.hopper_prefill && pl.path == Path::mixed) {
-    pl.chunk_programs = options.chunk_programs > 0 ? options.chunk_programs
-                        : options.chunk_programs == 0
-                            ? balanced_chunk_programs(b, p.num_q_heads / p.kv.num_kv_heads, p.kv.num_kv_heads,
-                                                      num_sms())
-                            : 0;
+    if (options.chunk_programs > 0) {
+      pl.chunk_programs = options.chunk_programs;
+    } else if (options.chunk_programs == 0) {
+      pl.chunk_programs = balanced_chunk_programs(b, p.num_q_heads / p.kv.num_kv_heads, p.kv.num_kv_heads, num_sms());
+    }  // one_program_per_tile leaves 0: stage 09's grid
   }
   const bool partials =
       pl.path == Path::invariant || pl.path == Path::mixed || pl.path == Path::work_list || pl.num_splits > 1;
